@@ -1,0 +1,108 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ValidationError says an event breaks a rule of the contract. It is
+// permanent: the same bytes will never become valid.
+type ValidationError struct {
+	Field  string // JSON member, or "" for the value as a whole
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return "invalid event: " + e.Reason
+	}
+	return fmt.Sprintf("invalid event: %s: %s", e.Field, e.Reason)
+}
+
+// PermanentError is a failure of this event that retrying will not fix
+// (a 4xx from the gateway other than 402/409/429, for example).
+type PermanentError struct {
+	Op  string
+	Err error
+}
+
+func (e *PermanentError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// TransientError is a failure of this event that may succeed later: a
+// gateway timeout, 5xx or 429, a 409 "in progress", a serialization failure
+// that outlived in-place retries. RetryAfter is a hint, zero when unknown.
+type TransientError struct {
+	Op         string
+	Err        error
+	RetryAfter time.Duration
+}
+
+func (e *TransientError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *TransientError) Unwrap() error { return e.Err }
+
+// OutageError says a dependency as a whole is unavailable (Postgres or Kafka
+// unreachable, the gateway failing nearly every call). It is not a failure of
+// the event: the consumer pauses and tries the same event again later.
+type OutageError struct {
+	Dependency string // "postgres", "kafka", "gateway"
+	Err        error
+}
+
+func (e *OutageError) Error() string { return e.Dependency + " unavailable: " + e.Err.Error() }
+func (e *OutageError) Unwrap() error { return e.Err }
+
+// Class is what the consumer does with a failed event.
+type Class int
+
+const (
+	// ClassPermanent: route to the DLQ, then commit.
+	ClassPermanent Class = iota
+	// ClassTransient: route to the next retry tier (or the DLQ after the last), then commit.
+	ClassTransient
+	// ClassOutage: route nowhere, pause, retry the same event.
+	ClassOutage
+	// ClassCanceled: shutdown; route nowhere, commit nothing.
+	ClassCanceled
+)
+
+func (c Class) String() string {
+	switch c {
+	case ClassPermanent:
+		return "permanent"
+	case ClassTransient:
+		return "transient"
+	case ClassOutage:
+		return "outage"
+	case ClassCanceled:
+		return "canceled"
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// Classify is the one place that maps an error to what happens to the event.
+// Adapters translate driver errors into the typed errors above; anything
+// untyped is permanent, so that it is looked at rather than retried forever.
+// An outage wins over the others, so a wrapped chain that reached an
+// unavailable dependency is never dead-lettered.
+func Classify(err error) Class {
+	var (
+		oe *OutageError
+		te *TransientError
+		pe *PermanentError
+		ve *ValidationError
+	)
+	switch {
+	case errors.As(err, &oe):
+		return ClassOutage
+	case errors.Is(err, context.Canceled):
+		return ClassCanceled
+	case errors.As(err, &ve), errors.As(err, &pe):
+		return ClassPermanent
+	case errors.As(err, &te), errors.Is(err, context.DeadlineExceeded):
+		return ClassTransient
+	}
+	return ClassPermanent
+}

@@ -1,0 +1,107 @@
+// Package metrics declares every Prometheus metric billing exposes
+// (CONTRACT.md §8) on a registry handed in by cmd/billing, so tests get a
+// fresh registry each and nothing lands on the global default.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds the service's collectors.
+type Metrics struct {
+	Events           *prometheus.CounterVec // outcome
+	HandleDuration   prometheus.Histogram   //
+	PaymentRequests  *prometheus.CounterVec // code
+	PaymentDuration  prometheus.Histogram   //
+	ConsumerLag      *prometheus.GaugeVec   // topic, partition
+	InFlight         prometheus.Gauge       //
+	DedupRowsDeleted prometheus.Counter     //
+	DedupPartitions  prometheus.Gauge       //
+	ConsumerPaused   prometheus.Gauge       //
+	RoutedWrites     *prometheus.CounterVec // topic, result
+	Commits          *prometheus.CounterVec // result
+	MaintenanceRuns  *prometheus.CounterVec // result
+	MaintenanceLast  prometheus.Gauge       //
+	Gathered         prometheus.Gatherer    // what /metrics serves
+}
+
+// Outcome label values of billing_events_total; kept here so dashboards and
+// tests can enumerate them.
+var Outcomes = []string{"charged", "declined", "duplicate", "duplicate_order", "retried", "dead_lettered"}
+
+// New registers every metric on reg (and the Go and process collectors when
+// withRuntime is true) and returns them. Every outcome label is created at
+// zero so that rate() works from the first scrape.
+func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
+	m := &Metrics{
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billing_events_total",
+			Help: "Events whose outcome is final, by outcome (charged, declined, duplicate, duplicate_order, retried, dead_lettered).",
+		}, []string{"outcome"}),
+		HandleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "billing_handle_duration_seconds",
+			Help:    "Time to handle one event, from fetch to final outcome (including routing to a retry tier or the DLQ).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		PaymentRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billing_payment_requests_total",
+			Help: "Requests to the payment gateway by HTTP status code (\"error\" when no reply arrived).",
+		}, []string{"code"}),
+		PaymentDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "billing_payment_duration_seconds",
+			Help:    "Latency of payment gateway requests, replies and failures alike.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		ConsumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "billing_consumer_lag",
+			Help: "Messages between the consumer group's committed offset and the partition's high-water mark.",
+		}, []string{"topic", "partition"}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_in_flight",
+			Help: "Events fetched and not yet final in this process.",
+		}),
+		DedupRowsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "billing_dedup_rows_deleted_total",
+			Help: "processed_event rows removed by retention (dropped partitions and batched deletes).",
+		}),
+		DedupPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_dedup_partitions",
+			Help: "Range partitions of processed_event, as last seen by dedup maintenance.",
+		}),
+		ConsumerPaused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_consumer_paused",
+			Help: "1 while consumption is paused because a dependency is unavailable.",
+		}),
+		RoutedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billing_routed_writes_total",
+			Help: "Writes of failed events to retry tiers and the DLQ, by topic and result (ok, error).",
+		}, []string{"topic", "result"}),
+		Commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billing_offset_commits_total",
+			Help: "Offset commits to Kafka by result (ok, error).",
+		}, []string{"result"}),
+		MaintenanceRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billing_dedup_maintenance_runs_total",
+			Help: "Dedup maintenance passes by result (ok, error, skipped: another process holds the lock).",
+		}, []string{"result"}),
+		MaintenanceLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_dedup_maintenance_last_success_timestamp_seconds",
+			Help: "Unix time of the last dedup maintenance pass that finished without error.",
+		}),
+		Gathered: reg,
+	}
+	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
+		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
+		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast)
+	if withRuntime {
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	for _, o := range Outcomes {
+		m.Events.WithLabelValues(o)
+	}
+	for _, r := range []string{"ok", "error", "skipped"} {
+		m.MaintenanceRuns.WithLabelValues(r)
+	}
+	return m
+}
