@@ -1,0 +1,107 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func setBase(t *testing.T) {
+	t.Helper()
+	for _, n := range Names() {
+		unsetenv(t, n) // isolate from the developer's environment
+	}
+	t.Setenv("BILLING_KAFKA_BROKERS", "localhost:9092")
+	t.Setenv("BILLING_DATABASE_URL", "postgres://billing:s3cret@localhost/billing")
+	t.Setenv("BILLING_PAYMENT_BASE_URL", "http://gateway:8080")
+}
+
+func TestLoadDefaults(t *testing.T) {
+	setBase(t)
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.KafkaTopic, "orders.order-confirmed.v1"; got != want {
+		t.Errorf("topic = %q, want %q", got, want)
+	}
+	if got := c.RetryDelaysDurations(); len(got) != 3 || got[0] != 5*time.Second || got[2] != 10*time.Minute {
+		t.Errorf("retry delays = %v", got)
+	}
+	if c.MaxInFlight != 64 || c.DBMaxConns != DefaultDBMaxConns(64) {
+		t.Errorf("in-flight %d, conns %d", c.MaxInFlight, c.DBMaxConns)
+	}
+	if c.RetryTopic(2) != "billing.order-confirmed.retry.2" {
+		t.Errorf("retry topic = %q", c.RetryTopic(2))
+	}
+	if s := c.DatabaseURL.String(); strings.Contains(s, "s3cret") {
+		t.Errorf("secret printed: %q", s)
+	}
+}
+
+func TestLoadRejectsBadVariables(t *testing.T) {
+	cases := []struct {
+		name, value, wantVar string
+	}{
+		{"BILLING_KAFKA_BROKERS", "", "BILLING_KAFKA_BROKERS"},
+		{"BILLING_KAFKA_BROKERS", "localhost", "BILLING_KAFKA_BROKERS"},
+		{"BILLING_DATABASE_URL", "", "BILLING_DATABASE_URL"},
+		{"BILLING_PAYMENT_BASE_URL", "", "BILLING_PAYMENT_BASE_URL"},
+		{"BILLING_PAYMENT_BASE_URL", "gateway:8080", "BILLING_PAYMENT_BASE_URL"},
+		{"BILLING_PAYMENT_TIMEOUT", "ten seconds", "BILLING_PAYMENT_TIMEOUT"},
+		{"BILLING_PAYMENT_TIMEOUT", "-1s", "BILLING_PAYMENT_TIMEOUT"},
+		{"BILLING_RETRY_DELAYS", "5s,soon", "BILLING_RETRY_DELAYS"},
+		{"BILLING_RETRY_DELAYS", "5s,-1m", "BILLING_RETRY_DELAYS"},
+		{"BILLING_MAX_IN_FLIGHT", "-3", "BILLING_MAX_IN_FLIGHT"},
+		{"BILLING_MAX_IN_FLIGHT", "0", "BILLING_MAX_IN_FLIGHT"},
+		{"BILLING_MAX_IN_FLIGHT", "many", "BILLING_MAX_IN_FLIGHT"},
+		{"BILLING_DB_MAX_CONNS", "-1", "BILLING_DB_MAX_CONNS"},
+		{"BILLING_DEDUP_RETENTION", "1d", "BILLING_DEDUP_RETENTION"},
+		{"BILLING_DEDUP_RETENTION", "1m", "BILLING_DEDUP_RETENTION"},
+		{"BILLING_DEFAULT_CURRENCY", "usd", "BILLING_DEFAULT_CURRENCY"},
+		{"BILLING_LOG_LEVEL", "verbose", "BILLING_LOG_LEVEL"},
+		{"BILLING_KAFKA_SASL_MECHANISM", "gssapi", "BILLING_KAFKA_SASL_MECHANISM"},
+		{"BILLING_KAFKA_TLS_ENABLED", "maybe", "BILLING_KAFKA_TLS_ENABLED"},
+		{"BILLING_KAFKA_TLS_CA_FILE", "/nonexistent/ca.pem", "BILLING_KAFKA_TLS_CA_FILE"},
+		{"BILLING_MIGRATE_ON_START", "yes please", "BILLING_MIGRATE_ON_START"},
+		{"BILLING_SHUTDOWN_TIMEOUT", "0s", "BILLING_SHUTDOWN_TIMEOUT"},
+		{"BILLING_KAFKA_TOPIC", " ", "BILLING_KAFKA_TOPIC"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			setBase(t)
+			if tc.value == "" {
+				unsetenv(t, tc.name)
+			} else {
+				t.Setenv(tc.name, tc.value)
+			}
+			_, err := Load()
+			if err == nil {
+				t.Fatalf("Load() accepted %s=%q", tc.name, tc.value)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.wantVar) || strings.Contains(msg, "\n") {
+				t.Errorf("error %q should be one line naming %s", msg, tc.wantVar)
+			}
+			if strings.Contains(msg, "s3cret") {
+				t.Errorf("error leaks the password: %q", msg)
+			}
+		})
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	setBase(t)
+	t.Setenv("BILLING_DATABASE_URL", "not a url s3cret")
+	t.Setenv("BILLING_KAFKA_SASL_PASSWORD", "s3cret")
+	unsetenv(t, "BILLING_KAFKA_SASL_MECHANISM")
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{c.KafkaSASLPassword.String(), c.DatabaseURL.String()} {
+		if strings.Contains(s, "s3cret") {
+			t.Errorf("secret printed: %q", s)
+		}
+	}
+}
