@@ -4,8 +4,10 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"reflect"
@@ -71,6 +73,12 @@ func (s Secret) String() string {
 	}
 	return "***"
 }
+
+// MarshalJSON masks the secret, so a JSON log of the config cannot leak it.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// LogValue masks the secret in log/slog.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // Reveal returns the secret itself, for the one place that needs it.
 func (s Secret) Reveal() string { return string(s) }

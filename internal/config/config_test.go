@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,22 @@ func TestSecretNeverPrints(t *testing.T) {
 		if strings.Contains(s, "s3cret") {
 			t.Errorf("secret printed: %q", s)
 		}
+	}
+}
+
+func TestSecretMaskedInJSONAndSlog(t *testing.T) {
+	setBase(t)
+	t.Setenv("BILLING_KAFKA_SASL_PASSWORD", "s3cret")
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("configuration", slog.Any("config", c))
+	if strings.Contains(buf.String(), "s3cret") {
+		t.Fatalf("secret in log line: %s", buf.String())
+	}
+	if !strings.Contains(buf.String(), "localhost:9092") {
+		t.Fatalf("log line lacks the config: %s", buf.String())
 	}
 }

@@ -1,0 +1,223 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/metrics"
+)
+
+// Headers added to retry and DLQ records (CONTRACT.md §5).
+const (
+	HeaderOriginalTopic     = "x-original-topic"
+	HeaderOriginalPartition = "x-original-partition"
+	HeaderOriginalOffset    = "x-original-offset"
+	HeaderAttempt           = "x-attempt"
+	HeaderNotBefore         = "x-not-before"
+	HeaderErrorClass        = "x-error-class"
+	HeaderError             = "x-error"
+	HeaderFailedAt          = "x-failed-at"
+	HeaderConsumerGroup     = "x-consumer-group"
+)
+
+// RoutingHeaders are the headers routing adds; a replay drops them so the
+// record goes back as it was first published.
+var RoutingHeaders = []string{
+	HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset, HeaderAttempt,
+	HeaderNotBefore, HeaderErrorClass, HeaderError, HeaderFailedAt, HeaderConsumerGroup,
+}
+
+// maxErrorHeader bounds x-error (1 KiB).
+const maxErrorHeader = 1024
+
+// Writer writes records; *kafka.Writer with RequireAll is the production one.
+type Writer interface {
+	WriteMessages(ctx context.Context, msgs ...kafkago.Message) error
+}
+
+// Routes names where failed events go.
+type Routes struct {
+	Group       string          // written as x-consumer-group
+	RetryTopics []string        // tier N is RetryTopics[N-1]
+	RetryDelays []time.Duration // one per tier
+	DLQTopic    string
+}
+
+// Router copies failed records to the next retry tier or to the DLQ and
+// returns only once the write is acknowledged, retrying failed writes: the
+// caller commits the source offset only after that.
+type Router struct {
+	w       Writer
+	routes  Routes
+	now     func() time.Time
+	log     *slog.Logger
+	m       *metrics.Metrics
+	pause   *Pause
+	backoff backoff
+}
+
+// NewRouter returns a Router writing through w. pause is told when writes
+// fail (Kafka unreachable) and when they succeed again; it may be nil.
+func NewRouter(w Writer, routes Routes, m *metrics.Metrics, pause *Pause, log *slog.Logger) *Router {
+	return &Router{w: w, routes: routes, now: time.Now, log: log, m: m, pause: pause,
+		backoff: backoff{min: 100 * time.Millisecond, max: 5 * time.Second}}
+}
+
+// Route sends msg, which failed on tier (0 = the main topic) with err of
+// class, to its next destination and returns the outcome to count. It
+// returns an error only when ctx ended before a write was acknowledged.
+func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class order.Class, cause error) (order.Outcome, error) {
+	now := r.now().UTC()
+	out := kafkago.Message{
+		Key:     msg.Key,
+		Value:   msg.Value,
+		Headers: routedHeaders(msg, r.routes.Group, class, cause, now),
+	}
+	outcome := order.OutcomeDeadLettered
+	attempt := tier
+	next := tier + 1
+	if class == order.ClassTransient && next <= len(r.routes.RetryTopics) {
+		outcome = order.OutcomeRetried
+		attempt = next
+		out.Topic = r.routes.RetryTopics[next-1]
+		out.Headers = append(out.Headers, kafkago.Header{
+			Key: HeaderNotBefore, Value: []byte(now.Add(r.routes.RetryDelays[next-1]).Format(time.RFC3339Nano)),
+		})
+	} else {
+		out.Topic = r.routes.DLQTopic
+	}
+	out.Headers = append(out.Headers, kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
+
+	if err := r.write(ctx, out); err != nil {
+		return "", err
+	}
+	r.log.LogAttrs(ctx, slog.LevelWarn, "event routed",
+		slog.String("to", out.Topic), slog.String("class", class.String()), slog.Int("attempt", attempt),
+		slog.String("topic", msg.Topic), slog.Int("partition", msg.Partition), slog.Int64("offset", msg.Offset),
+		slog.String("error", oneLine(cause.Error())))
+	return outcome, nil
+}
+
+// write retries until the write is acknowledged or ctx ends.
+func (r *Router) write(ctx context.Context, msg kafkago.Message) error {
+	for attempt := 0; ; attempt++ {
+		err := r.w.WriteMessages(ctx, msg)
+		if err == nil {
+			r.m.RoutedWrites.WithLabelValues(msg.Topic, "ok").Inc()
+			if attempt > 0 && r.pause != nil {
+				r.pause.Resume("kafka")
+			}
+			return nil
+		}
+		r.m.RoutedWrites.WithLabelValues(msg.Topic, "error").Inc()
+		if ctx.Err() != nil {
+			return fmt.Errorf("write to %s: %w", msg.Topic, errors.Join(ctx.Err(), err))
+		}
+		r.log.LogAttrs(ctx, slog.LevelError, "routed write failed, retrying",
+			slog.String("to", msg.Topic), slog.Int("attempt", attempt+1), slog.String("error", err.Error()))
+		if attempt >= 2 && r.pause != nil {
+			r.pause.Outage("kafka", err)
+		}
+		if err := r.backoff.wait(ctx, attempt); err != nil {
+			return fmt.Errorf("write to %s: %w", msg.Topic, err)
+		}
+	}
+}
+
+// routedHeaders keeps the record's own headers, keeps x-original-* from
+// the first failure on, and sets the rest anew.
+func routedHeaders(msg kafkago.Message, group string, class order.Class, cause error, now time.Time) []kafkago.Header {
+	var out []kafkago.Header
+	orig := map[string][]byte{}
+	for _, h := range msg.Headers {
+		switch h.Key {
+		case HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset:
+			orig[h.Key] = h.Value
+		case HeaderAttempt, HeaderNotBefore, HeaderErrorClass, HeaderError, HeaderFailedAt, HeaderConsumerGroup:
+		default:
+			out = append(out, h)
+		}
+	}
+	if len(orig) < 3 {
+		orig = map[string][]byte{
+			HeaderOriginalTopic:     []byte(msg.Topic),
+			HeaderOriginalPartition: []byte(strconv.Itoa(msg.Partition)),
+			HeaderOriginalOffset:    []byte(strconv.FormatInt(msg.Offset, 10)),
+		}
+	}
+	errClass := "permanent"
+	if class == order.ClassTransient {
+		errClass = "transient"
+	}
+	return append(out,
+		kafkago.Header{Key: HeaderOriginalTopic, Value: orig[HeaderOriginalTopic]},
+		kafkago.Header{Key: HeaderOriginalPartition, Value: orig[HeaderOriginalPartition]},
+		kafkago.Header{Key: HeaderOriginalOffset, Value: orig[HeaderOriginalOffset]},
+		kafkago.Header{Key: HeaderErrorClass, Value: []byte(errClass)},
+		kafkago.Header{Key: HeaderError, Value: []byte(truncateUTF8(oneLine(cause.Error()), maxErrorHeader))},
+		kafkago.Header{Key: HeaderFailedAt, Value: []byte(now.Format(time.RFC3339Nano))},
+		kafkago.Header{Key: HeaderConsumerGroup, Value: []byte(group)},
+	)
+}
+
+// Header returns the value of the last header named key.
+func Header(msg kafkago.Message, key string) (string, bool) {
+	for i := len(msg.Headers) - 1; i >= 0; i-- {
+		if msg.Headers[i].Key == key {
+			return string(msg.Headers[i].Value), true
+		}
+	}
+	return "", false
+}
+
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// backoff doubles from min to max. No jitter: the goroutines retrying in
+// one process are few, and the brokers and Postgres see one process each.
+type backoff struct{ min, max time.Duration }
+
+func (b backoff) delay(attempt int) time.Duration {
+	d := b.min
+	for i := 0; i < attempt && d < b.max; i++ {
+		d *= 2
+	}
+	return min(d, b.max)
+}
+
+func (b backoff) wait(ctx context.Context, attempt int) error {
+	t := time.NewTimer(b.delay(attempt))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,338 @@
+// Package kafka builds billing's Kafka clients from configuration (brokers,
+// client id, TLS, SASL), creates the service's own topics where the cluster
+// allows it, and measures consumer lag from the brokers' high-water marks.
+// It owns connections; what flows through them is adapters/in/kafka's job.
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+)
+
+// Settings is how to reach the cluster.
+type Settings struct {
+	Brokers       []string
+	ClientID      string
+	TLS           bool
+	TLSCAFile     string
+	SASLMechanism string // "", "plain", "scram-sha-256", "scram-sha-512"
+	SASLUsername  string
+	SASLPassword  string //nolint:gosec // never logged: Settings has no String and is not logged
+}
+
+// Conn holds what every client of the cluster shares: the TLS config and
+// the SASL mechanism, built once.
+type Conn struct {
+	brokers  []string
+	clientID string
+	tls      *tls.Config
+	sasl     sasl.Mechanism
+}
+
+// NewConn checks s and prepares TLS and SASL. It does not dial.
+func NewConn(s Settings) (*Conn, error) {
+	if len(s.Brokers) == 0 {
+		return nil, errors.New("kafka: no brokers")
+	}
+	c := &Conn{brokers: s.Brokers, clientID: s.ClientID}
+	if s.TLS {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if s.TLSCAFile != "" {
+			pem, err := os.ReadFile(s.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka: read TLS CA file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kafka: TLS CA file %s holds no PEM certificate", s.TLSCAFile)
+			}
+			cfg.RootCAs = pool
+		}
+		c.tls = cfg
+	}
+	switch s.SASLMechanism {
+	case "":
+	case "plain":
+		c.sasl = plain.Mechanism{Username: s.SASLUsername, Password: s.SASLPassword}
+	case "scram-sha-256", "scram-sha-512":
+		algo := scram.SHA256
+		if s.SASLMechanism == "scram-sha-512" {
+			algo = scram.SHA512
+		}
+		m, err := scram.Mechanism(algo, s.SASLUsername, s.SASLPassword)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: SASL %s: %w", s.SASLMechanism, err)
+		}
+		c.sasl = m
+	default:
+		return nil, fmt.Errorf("kafka: unknown SASL mechanism %q", s.SASLMechanism)
+	}
+	return c, nil
+}
+
+// Brokers returns the bootstrap brokers.
+func (c *Conn) Brokers() []string { return c.brokers }
+
+// Dialer returns a dialer for Readers.
+func (c *Conn) Dialer() *kafkago.Dialer {
+	return &kafkago.Dialer{
+		ClientID:      c.clientID,
+		Timeout:       10 * time.Second,
+		DualStack:     true,
+		TLS:           c.tls,
+		SASLMechanism: c.sasl,
+	}
+}
+
+// Transport returns a new transport for a Writer or a Client. Each owner
+// closes its own (CloseIdleConnections) so no goroutine outlives it.
+func (c *Conn) Transport() *kafkago.Transport {
+	return &kafkago.Transport{
+		ClientID:    c.clientID,
+		DialTimeout: 10 * time.Second,
+		IdleTimeout: 30 * time.Second,
+		MetadataTTL: 15 * time.Second,
+		TLS:         c.tls,
+		SASL:        c.sasl,
+	}
+}
+
+// Client returns an admin/metadata client over its own transport, and a
+// function that releases the transport's connections.
+func (c *Conn) Client() (*kafkago.Client, func()) {
+	t := c.Transport()
+	return &kafkago.Client{Addr: kafkago.TCP(c.brokers...), Transport: t, Timeout: 10 * time.Second},
+		t.CloseIdleConnections
+}
+
+// ReaderOptions tunes a group reader. Zero values take production defaults.
+type ReaderOptions struct {
+	MaxWait           time.Duration
+	HeartbeatInterval time.Duration
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
+	QueueCapacity     int
+}
+
+// NewReader returns a consumer-group reader of topic with manual commits
+// (CommitInterval 0: CommitMessages is synchronous, R-KFK-CONS-2). A group
+// that has no committed offset starts at the oldest record, so nothing
+// published before the first deployment is skipped.
+func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
+	cfg := kafkago.ReaderConfig{
+		Brokers:           c.brokers,
+		GroupID:           group,
+		Topic:             topic,
+		Dialer:            c.Dialer(),
+		MinBytes:          1,
+		MaxBytes:          8 << 20,
+		MaxWait:           or(o.MaxWait, 500*time.Millisecond),
+		HeartbeatInterval: or(o.HeartbeatInterval, 3*time.Second),
+		SessionTimeout:    or(o.SessionTimeout, 30*time.Second),
+		RebalanceTimeout:  or(o.RebalanceTimeout, 30*time.Second),
+		JoinGroupBackoff:  time.Second,
+		ReadBackoffMin:    100 * time.Millisecond,
+		ReadBackoffMax:    2 * time.Second,
+		QueueCapacity:     o.QueueCapacity,
+		CommitInterval:    0,
+		StartOffset:       kafkago.FirstOffset,
+		MaxAttempts:       3,
+	}
+	if cfg.QueueCapacity == 0 {
+		cfg.QueueCapacity = 100
+	}
+	return kafkago.NewReader(cfg)
+}
+
+// NewWriter returns a producer for routed records (retry tiers, DLQ, replay):
+// the topic is set per message, RequireAll so that an acknowledged write
+// survives a broker loss, the hash balancer so a key keeps its partition.
+// The returned function closes the writer and its transport.
+func (c *Conn) NewWriter() (*kafkago.Writer, func() error) {
+	t := c.Transport()
+	w := &kafkago.Writer{
+		Addr:                   kafkago.TCP(c.brokers...),
+		Balancer:               &kafkago.Hash{},
+		RequiredAcks:           kafkago.RequireAll,
+		MaxAttempts:            3,
+		WriteBackoffMin:        50 * time.Millisecond,
+		WriteBackoffMax:        time.Second,
+		BatchTimeout:           2 * time.Millisecond,
+		BatchBytes:             16 << 20, // a >1 MiB bad record must still reach the DLQ
+		WriteTimeout:           10 * time.Second,
+		ReadTimeout:            10 * time.Second,
+		AllowAutoTopicCreation: false,
+		Transport:              t,
+	}
+	return w, func() error {
+		err := w.Close()
+		t.CloseIdleConnections()
+		return err
+	}
+}
+
+// Ping asks the cluster for its metadata: nil when a broker answered.
+func (c *Conn) Ping(ctx context.Context) error {
+	cl, done := c.Client()
+	defer done()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}}); err != nil {
+		return fmt.Errorf("kafka metadata: %w", err)
+	}
+	return nil
+}
+
+// TopicSpec is a topic the service wants to exist.
+type TopicSpec struct {
+	Name       string
+	Partitions int
+	Configs    map[string]string
+}
+
+// EnsureTopics creates the topics that do not exist yet. A topic that
+// exists is left as it is; a cluster that refuses creation (ACLs, auto
+// creation managed elsewhere) is reported in the returned error only when
+// the topic is still missing afterwards.
+func (c *Conn) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
+	cl, done := c.Client()
+	defer done()
+	req := &kafkago.CreateTopicsRequest{}
+	for _, s := range specs {
+		tc := kafkago.TopicConfig{Topic: s.Name, NumPartitions: s.Partitions, ReplicationFactor: -1}
+		for k, v := range s.Configs {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafkago.ConfigEntry{ConfigName: k, ConfigValue: v})
+		}
+		req.Topics = append(req.Topics, tc)
+	}
+	res, err := cl.CreateTopics(ctx, req)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	var errs []error
+	for name, terr := range res.Errors {
+		if terr == nil || errors.Is(terr, kafkago.TopicAlreadyExists) {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("create topic %s: %w", name, terr))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	// Creation refused: fine if the topics exist anyway.
+	parts, merr := c.Partitions(ctx, names(specs)...)
+	if merr == nil && len(parts) == len(specs) {
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// Partitions returns the partition count of each topic that exists.
+func (c *Conn) Partitions(ctx context.Context, topics ...string) (map[string]int, error) {
+	cl, done := c.Client()
+	defer done()
+	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("kafka metadata: %w", err)
+	}
+	out := make(map[string]int, len(md.Topics))
+	for _, t := range md.Topics {
+		if t.Error == nil && len(t.Partitions) > 0 {
+			out[t.Name] = len(t.Partitions)
+		}
+	}
+	return out, nil
+}
+
+// Lag returns, per partition of topic, how many records lie between the
+// group's committed offset and the high-water mark. A partition the group
+// never committed counts from the log start.
+func (c *Conn) Lag(ctx context.Context, group, topic string) (map[int]int64, error) {
+	cl, done := c.Client()
+	defer done()
+	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("kafka metadata: %w", err)
+	}
+	var reqs []kafkago.OffsetRequest
+	var ids []int
+	for _, t := range md.Topics {
+		if t.Name != topic || t.Error != nil {
+			continue
+		}
+		for _, p := range t.Partitions {
+			ids = append(ids, p.ID)
+			reqs = append(reqs, kafkago.LastOffsetOf(p.ID), kafkago.FirstOffsetOf(p.ID))
+		}
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("topic %s: no partitions", topic)
+	}
+	lo, err := cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("list offsets %s: %w", topic, err)
+	}
+	of, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
+	if err != nil {
+		return nil, fmt.Errorf("offset fetch %s: %w", group, err)
+	}
+	if of.Error != nil {
+		return nil, fmt.Errorf("offset fetch %s: %w", group, of.Error)
+	}
+	committed := map[int]int64{}
+	for _, p := range of.Topics[topic] {
+		if p.Error == nil {
+			committed[p.Partition] = p.CommittedOffset
+		}
+	}
+	out := make(map[int]int64, len(ids))
+	for _, p := range lo.Topics[topic] {
+		if p.Error != nil {
+			continue
+		}
+		c, ok := committed[p.Partition]
+		if !ok || c < 0 {
+			c = p.FirstOffset
+		}
+		lag := p.LastOffset - c
+		if lag < 0 {
+			lag = 0
+		}
+		out[p.Partition] = lag
+	}
+	return out, nil
+}
+
+func names(specs []TopicSpec) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.Name
+	}
+	return out
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// IsUnreachable reports whether err means no broker could be reached
+// (refused, reset, timed out dialing), as opposed to a broker's answer.
+func IsUnreachable(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &oe) || errors.As(err, &ne)
+}
