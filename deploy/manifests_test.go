@@ -1,0 +1,791 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/acme/billing/internal/config"
+)
+
+// The kustomizations under test. The overlay includes the base.
+const (
+	baseDir    = "base"
+	overlayDir = "overlays/example"
+	obsDir     = "observability"
+)
+
+// Names every test expects in the rendered output.
+const (
+	appName      = "billing"
+	migrateJob   = "billing-migrate"
+	configMap    = "billing-config"
+	secretName   = "billing-secrets"
+	dashboardCM  = "billing-dashboard"
+	partitionsAn = "billing.acme.io/topic-partitions"
+	nonrootUID   = int64(65532)
+)
+
+// goRuntimeEnv lists environment variables the manifests may set that are not
+// billing configuration but read by the Go runtime itself.
+var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true}
+
+// serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor that
+// the manifests use; decoding is strict, so a field outside it fails.
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector *struct {
+			Any        bool     `json:"any,omitempty"`
+			MatchNames []string `json:"matchNames,omitempty"`
+		} `json:"namespaceSelector,omitempty"`
+		JobLabel  string `json:"jobLabel,omitempty"`
+		Endpoints []struct {
+			Port          string `json:"port"`
+			Path          string `json:"path"`
+			Interval      string `json:"interval"`
+			ScrapeTimeout string `json:"scrapeTimeout"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// prometheusRule is monitoring.coreos.com/v1 PrometheusRule.
+type prometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Groups []ruleGroup `json:"groups"`
+	} `json:"spec"`
+}
+
+type ruleGroup struct {
+	Name     string `json:"name"`
+	Interval string `json:"interval,omitempty"`
+	Rules    []rule `json:"rules"`
+}
+
+type rule struct {
+	Alert       string            `json:"alert,omitempty"`
+	Record      string            `json:"record,omitempty"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// newObject returns a pointer to the Go type of apiVersion/kind, or nil for a
+// kind the tests do not know (which is itself a failure: add it here).
+func newObject(apiVersion, kind string) any {
+	switch apiVersion + " " + kind {
+	case "apps/v1 Deployment":
+		return &appsv1.Deployment{}
+	case "batch/v1 Job":
+		return &batchv1.Job{}
+	case "v1 ConfigMap":
+		return &corev1.ConfigMap{}
+	case "v1 Service":
+		return &corev1.Service{}
+	case "v1 Namespace":
+		return &corev1.Namespace{}
+	case "policy/v1 PodDisruptionBudget":
+		return &policyv1.PodDisruptionBudget{}
+	case "autoscaling/v2 HorizontalPodAutoscaler":
+		return &autoscalingv2.HorizontalPodAutoscaler{}
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		return &serviceMonitor{}
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return &prometheusRule{}
+	}
+	return nil
+}
+
+// decodeStrict decodes one YAML object into its API type, refusing unknown
+// and duplicate fields.
+func decodeStrict(doc []byte) (any, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return nil, fmt.Errorf("read apiVersion/kind: %w", err)
+	}
+	obj := newObject(tm.APIVersion, tm.Kind)
+	if obj == nil {
+		return nil, fmt.Errorf("no Go type for %s %s", tm.APIVersion, tm.Kind)
+	}
+	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	return obj, nil
+}
+
+// rendered is one kustomization's output, decoded.
+type rendered struct {
+	objects map[string]any // "Kind/name"
+	yaml    map[string][]byte
+}
+
+var renders sync.Map // dir -> func() (*rendered, error)
+
+// render runs kustomize in-process on dir (relative to deploy/) once per test
+// binary and decodes every resource strictly.
+func render(t *testing.T, dir string) *rendered {
+	t.Helper()
+	f, _ := renders.LoadOrStore(dir, sync.OnceValues(func() (*rendered, error) { return renderNow(dir) }))
+	r, err := f.(func() (*rendered, error))()
+	if err != nil {
+		t.Fatalf("render %s: %v", dir, err)
+	}
+	return r
+}
+
+func renderNow(dir string) (*rendered, error) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, err
+	}
+	out := &rendered{objects: map[string]any{}, yaml: map[string][]byte{}}
+	for _, res := range rm.Resources() {
+		doc, err := res.AsYAML()
+		if err != nil {
+			return nil, err
+		}
+		obj, err := decodeStrict(doc)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", res.GetKind(), res.GetName(), err)
+		}
+		key := res.GetKind() + "/" + res.GetName()
+		if _, dup := out.objects[key]; dup {
+			return nil, fmt.Errorf("%s twice", key)
+		}
+		out.objects[key] = obj
+		out.yaml[key] = doc
+	}
+	return out, nil
+}
+
+// get returns the object kind/name of r as a *T, failing the test when it is
+// missing.
+func get[T any](t *testing.T, r *rendered, kind, name string) *T {
+	t.Helper()
+	o, ok := r.objects[kind+"/"+name]
+	if !ok {
+		t.Fatalf("no %s/%s in output; have %v", kind, name, keys(r.objects))
+	}
+	v, ok := o.(*T)
+	if !ok {
+		t.Fatalf("%s/%s decoded as %T", kind, name, o)
+	}
+	return v
+}
+
+// configMapNamed finds the generated ConfigMap whose name starts with base
+// (kustomize appends a content hash).
+func configMapNamed(t *testing.T, r *rendered, base string) *corev1.ConfigMap {
+	t.Helper()
+	var found []*corev1.ConfigMap
+	for _, o := range r.objects {
+		if cm, ok := o.(*corev1.ConfigMap); ok && (cm.Name == base || strings.HasPrefix(cm.Name, base+"-")) {
+			found = append(found, cm)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("ConfigMaps named %s(-hash): got %d, want 1", base, len(found))
+	}
+	return found[0]
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// configField returns the struct field of config.Config read from BILLING_<name>.
+func configField(t *testing.T, env string) reflect.StructField {
+	t.Helper()
+	typ := reflect.TypeFor[config.Config]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if config.Prefix+"_"+f.Tag.Get("envconfig") == env {
+			return f
+		}
+	}
+	t.Fatalf("config.Config has no field for %s", env)
+	return reflect.StructField{}
+}
+
+// effective returns the value the process would see for env: the ConfigMap's
+// when it sets it, otherwise the struct tag default.
+func effective(t *testing.T, cm *corev1.ConfigMap, env string) string {
+	t.Helper()
+	if v, ok := cm.Data[env]; ok {
+		return v
+	}
+	return configField(t, env).Tag.Get("default")
+}
+
+func httpPort(t *testing.T, addr string) int32 {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("BILLING_HTTP_ADDR %q: %v", addr, err)
+	}
+	n, err := strconv.ParseInt(p, 10, 32)
+	if err != nil {
+		t.Fatalf("BILLING_HTTP_ADDR %q: port: %v", addr, err)
+	}
+	return int32(n)
+}
+
+func forEachKustomization(t *testing.T, f func(t *testing.T, dir string, r *rendered)) {
+	t.Helper()
+	for _, dir := range []string{baseDir, overlayDir} {
+		t.Run(dir, func(t *testing.T) {
+			t.Parallel()
+			f(t, dir, render(t, dir))
+		})
+	}
+}
+
+func TestDecodeStrictRejectsUnknownFields(t *testing.T) {
+	t.Parallel()
+	for name, doc := range map[string]string{
+		"typo in a Deployment":     "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replica: 3}\n",
+		"typo in a ServiceMonitor": "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec: {endpoints: [{port: http, pth: /metrics}]}\n",
+		"duplicate key":            "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {type: ClusterIP, type: NodePort}\n",
+		"unknown kind":             "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
+	} {
+		if _, err := decodeStrict([]byte(doc)); err == nil {
+			t.Errorf("%s: decodeStrict: got nil error, want one", name)
+		}
+	}
+	if _, err := decodeStrict([]byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicas: 3}\n")); err != nil {
+		t.Errorf("valid Deployment: got %v, want nil", err)
+	}
+}
+
+func TestRenderedObjects(t *testing.T) {
+	t.Parallel()
+	want := []string{
+		"Deployment/" + appName, "Job/" + migrateJob, "Service/" + appName,
+		"PodDisruptionBudget/" + appName, "HorizontalPodAutoscaler/" + appName,
+		"NetworkPolicy/" + appName, "ServiceMonitor/" + appName, "PrometheusRule/" + appName,
+		"ConfigMap/" + dashboardCM,
+	}
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		for _, k := range want {
+			if _, ok := r.objects[k]; !ok {
+				t.Errorf("missing %s; have %v", k, keys(r.objects))
+			}
+		}
+		configMapNamed(t, r, configMap)
+		for k, o := range r.objects {
+			if strings.HasPrefix(k, "Secret/") {
+				t.Errorf("%s is rendered: secrets are created out of band, never committed", k)
+			}
+			meta := reflect.ValueOf(o).Elem().FieldByName("ObjectMeta").Interface().(metav1.ObjectMeta)
+			switch {
+			case k == "Namespace/billing":
+			case dir == baseDir && meta.Namespace != "":
+				t.Errorf("%s: namespace %q in the base, want none (overlays set it)", k, meta.Namespace)
+			case dir == overlayDir && meta.Namespace != "billing":
+				t.Errorf("%s: namespace %q, want billing", k, meta.Namespace)
+			}
+		}
+	})
+}
+
+func TestDeploymentContract(t *testing.T) {
+	t.Parallel()
+	wantImage := map[string]string{
+		baseDir:    "billing:latest",
+		overlayDir: "registry.example.com/acme/billing:1.0.0",
+	}
+	wantReplicas := map[string]int32{baseDir: 3, overlayDir: 6}
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		d := get[appsv1.Deployment](t, r, "Deployment", appName)
+		cm := configMapNamed(t, r, configMap)
+		spec := d.Spec.Template.Spec
+		if len(spec.Containers) != 1 {
+			t.Fatalf("containers: got %d, want 1", len(spec.Containers))
+		}
+		c := spec.Containers[0]
+		if got, want := c.Image, wantImage[dir]; got != want {
+			t.Errorf("image: got %q, want %q", got, want)
+		}
+		if got, want := c.Args, []string{"run"}; !slices.Equal(got, want) {
+			t.Errorf("args: got %q, want %q", got, want)
+		}
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != wantReplicas[dir] {
+			t.Errorf("replicas: got %v, want %d", deref(d.Spec.Replicas), wantReplicas[dir])
+		}
+		if sel, err := metav1.LabelSelectorAsMap(d.Spec.Selector); err != nil || !subset(sel, d.Spec.Template.Labels) {
+			t.Errorf("selector %v does not select the pod labels %v (%v)", d.Spec.Selector, d.Spec.Template.Labels, err)
+		}
+
+		// The named port is the port BILLING_HTTP_ADDR listens on, by default
+		// and as configured.
+		defPort := httpPort(t, configField(t, "BILLING_HTTP_ADDR").Tag.Get("default"))
+		effPort := httpPort(t, effective(t, cm, "BILLING_HTTP_ADDR"))
+		var port *corev1.ContainerPort
+		for i := range c.Ports {
+			if c.Ports[i].Name == "http" {
+				port = &c.Ports[i]
+			}
+		}
+		if port == nil {
+			t.Fatalf("no container port named http in %v", c.Ports)
+		}
+		if port.ContainerPort != defPort || port.ContainerPort != effPort {
+			t.Errorf("port http: got %d, want %d (default of BILLING_HTTP_ADDR) and %d (configured)", port.ContainerPort, defPort, effPort)
+		}
+		for _, p := range []struct {
+			name  string
+			probe *corev1.Probe
+			path  string
+		}{
+			{"startupProbe", c.StartupProbe, "/healthz"},
+			{"livenessProbe", c.LivenessProbe, "/healthz"},
+			{"readinessProbe", c.ReadinessProbe, "/readyz"},
+		} {
+			if p.probe == nil || p.probe.HTTPGet == nil {
+				t.Errorf("%s: got %+v, want an httpGet probe", p.name, p.probe)
+				continue
+			}
+			g := p.probe.HTTPGet
+			if g.Path != p.path || g.Port != intstr.FromString("http") {
+				t.Errorf("%s: got %s on port %s, want %s on port http", p.name, g.Path, g.Port.String(), p.path)
+			}
+		}
+
+		// The drain budget fits in the grace period, default and configured.
+		for _, src := range []struct{ what, v string }{
+			{"default", configField(t, "BILLING_SHUTDOWN_TIMEOUT").Tag.Get("default")},
+			{"configured", effective(t, cm, "BILLING_SHUTDOWN_TIMEOUT")},
+		} {
+			drain, err := time.ParseDuration(src.v)
+			if err != nil {
+				t.Fatalf("BILLING_SHUTDOWN_TIMEOUT %s %q: %v", src.what, src.v, err)
+			}
+			if spec.TerminationGracePeriodSeconds == nil || time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second <= drain {
+				t.Errorf("terminationGracePeriodSeconds: got %v, want more than the %s BILLING_SHUTDOWN_TIMEOUT %s", deref(spec.TerminationGracePeriodSeconds), src.what, drain)
+			}
+		}
+		checkPodSecurity(t, spec)
+
+		req, lim := c.Resources.Requests, c.Resources.Limits
+		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			rq, okr := req[res]
+			lm, okl := lim[res]
+			if !okr || !okl || rq.Cmp(lm) > 0 {
+				t.Errorf("resources %s: request %v, limit %v; want both, request <= limit", res, rq.String(), lm.String())
+			}
+		}
+		var spread bool
+		for _, tsc := range spec.TopologySpreadConstraints {
+			spread = spread || tsc.TopologyKey == "kubernetes.io/hostname"
+		}
+		if !spread {
+			t.Errorf("no topologySpreadConstraint on kubernetes.io/hostname")
+		}
+	})
+}
+
+func TestMigrateJob(t *testing.T) {
+	t.Parallel()
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		j := get[batchv1.Job](t, r, "Job", migrateJob)
+		d := get[appsv1.Deployment](t, r, "Deployment", appName)
+		spec := j.Spec.Template.Spec
+		if len(spec.Containers) != 1 {
+			t.Fatalf("containers: got %d, want 1", len(spec.Containers))
+		}
+		c := spec.Containers[0]
+		if got, want := c.Args, []string{"migrate"}; !slices.Equal(got, want) {
+			t.Errorf("args: got %q, want %q", got, want)
+		}
+		if got, want := c.Image, d.Spec.Template.Spec.Containers[0].Image; got != want {
+			t.Errorf("image: got %q, want the Deployment's %q", got, want)
+		}
+		if spec.RestartPolicy != corev1.RestartPolicyNever && spec.RestartPolicy != corev1.RestartPolicyOnFailure {
+			t.Errorf("restartPolicy: got %q, want Never or OnFailure", spec.RestartPolicy)
+		}
+		checkPodSecurity(t, spec)
+	})
+}
+
+// checkPodSecurity holds every container of spec to the restricted profile.
+func checkPodSecurity(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	psc := spec.SecurityContext
+	if psc == nil || !isTrue(psc.RunAsNonRoot) || psc.RunAsUser == nil || *psc.RunAsUser != nonrootUID {
+		t.Errorf("pod securityContext: got %+v, want runAsNonRoot and runAsUser %d", psc, nonrootUID)
+	}
+	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod seccompProfile: want RuntimeDefault")
+	}
+	for _, c := range spec.Containers {
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Errorf("container %s: no securityContext", c.Name)
+			continue
+		}
+		if sc.RunAsUser != nil && *sc.RunAsUser != nonrootUID {
+			t.Errorf("container %s: runAsUser %d, want %d", c.Name, *sc.RunAsUser, nonrootUID)
+		}
+		if !isTrue(sc.ReadOnlyRootFilesystem) {
+			t.Errorf("container %s: readOnlyRootFilesystem: got %v, want true", c.Name, deref(sc.ReadOnlyRootFilesystem))
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("container %s: allowPrivilegeEscalation: got %v, want false", c.Name, deref(sc.AllowPrivilegeEscalation))
+		}
+		if isTrue(sc.Privileged) {
+			t.Errorf("container %s: privileged", c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("container %s: capabilities: got %+v, want drop [ALL], add none", c.Name, sc.Capabilities)
+		}
+	}
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+// deref makes an optional field printable.
+func deref[T any](p *T) any {
+	if p == nil {
+		return "unset"
+	}
+	return *p
+}
+
+// podEnv is the environment one container gets: names from env and from the
+// ConfigMaps it loads whole, and where each comes from.
+type podEnv struct {
+	fromConfigMap map[string]string // name -> value
+	fromSecret    map[string]corev1.SecretKeySelector
+	other         []string // env entries with value or fieldRef
+}
+
+func containerEnv(t *testing.T, r *rendered, c corev1.Container) podEnv {
+	t.Helper()
+	e := podEnv{fromConfigMap: map[string]string{}, fromSecret: map[string]corev1.SecretKeySelector{}}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef == nil || ef.Prefix != "" {
+			t.Errorf("container %s: envFrom %+v: want a ConfigMap without prefix", c.Name, ef)
+			continue
+		}
+		cm := get[corev1.ConfigMap](t, r, "ConfigMap", ef.ConfigMapRef.Name)
+		for k, v := range cm.Data {
+			e.fromConfigMap[k] = v
+		}
+	}
+	for _, ev := range c.Env {
+		switch {
+		case ev.ValueFrom != nil && ev.ValueFrom.SecretKeyRef != nil:
+			e.fromSecret[ev.Name] = *ev.ValueFrom.SecretKeyRef
+		case ev.ValueFrom != nil && ev.ValueFrom.ConfigMapKeyRef != nil:
+			t.Errorf("container %s: %s from a ConfigMap key: use envFrom %s", c.Name, ev.Name, configMap)
+		default:
+			e.other = append(e.other, ev.Name)
+		}
+	}
+	return e
+}
+
+func TestEnvironmentIsKnownConfig(t *testing.T) {
+	t.Parallel()
+	names := map[string]bool{}
+	for _, n := range config.Names() {
+		names[n] = true
+	}
+	secretVars := map[string]bool{"BILLING_DATABASE_URL": true, "BILLING_KAFKA_SASL_PASSWORD": true}
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		d := get[appsv1.Deployment](t, r, "Deployment", appName)
+		j := get[batchv1.Job](t, r, "Job", migrateJob)
+		for _, c := range []corev1.Container{d.Spec.Template.Spec.Containers[0], j.Spec.Template.Spec.Containers[0]} {
+			env := containerEnv(t, r, c)
+			all := append(append(keys(env.fromConfigMap), keys(env.fromSecret)...), env.other...)
+			for _, n := range all {
+				if !names[n] && !goRuntimeEnv[n] {
+					t.Errorf("container %s: %s is not a billing variable (config.Names) nor a Go runtime one", c.Name, n)
+				}
+			}
+			for n := range env.fromConfigMap {
+				if secretVars[n] || strings.Contains(n, "PASSWORD") {
+					t.Errorf("container %s: secret %s in a ConfigMap", c.Name, n)
+				}
+			}
+			for n := range secretVars {
+				ref, ok := env.fromSecret[n]
+				if !ok || ref.Name != secretName {
+					t.Errorf("container %s: %s: got %+v, want a key of Secret %s", c.Name, n, ref, secretName)
+				}
+			}
+			// Every required variable is provided, and not optionally.
+			typ := reflect.TypeFor[config.Config]()
+			for i := range typ.NumField() {
+				f := typ.Field(i)
+				if f.Tag.Get("required") != "true" {
+					continue
+				}
+				n := config.Prefix + "_" + f.Tag.Get("envconfig")
+				_, inCM := env.fromConfigMap[n]
+				ref, inSecret := env.fromSecret[n]
+				if !inCM && !(inSecret && !isTrue(ref.Optional)) {
+					t.Errorf("container %s: required %s is provided by neither the ConfigMap nor a non-optional Secret key", c.Name, n)
+				}
+			}
+		}
+	})
+}
+
+func TestBaseConfigMapHoldsDefaults(t *testing.T) {
+	t.Parallel()
+	cm := configMapNamed(t, render(t, baseDir), configMap)
+	typ := reflect.TypeFor[config.Config]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		n := config.Prefix + "_" + f.Tag.Get("envconfig")
+		def, hasDef := f.Tag.Lookup("default")
+		got, ok := cm.Data[n]
+		switch {
+		case hasDef && !ok:
+			t.Errorf("%s: missing from %s, want its default %q", n, configMap, def)
+		case hasDef && got != def:
+			t.Errorf("%s: got %q, want the default %q", n, got, def)
+		case f.Tag.Get("required") == "true" && f.Type.Name() != "Secret" && !ok:
+			t.Errorf("%s: required, want a placeholder in %s", n, configMap)
+		case !hasDef && ok && got == "":
+			// envconfig treats an empty value as set: an int would not parse.
+			t.Errorf("%s: empty value, want it left out", n)
+		}
+	}
+}
+
+// loadConfigEnv makes the test binary, run as a child, call config.Load and
+// exit (see TestMain).
+const loadConfigEnv = "BILLING_DEPLOY_TEST_LOAD_CONFIG"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(loadConfigEnv) == "1" {
+		if _, err := config.Load(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// loadConfig runs config.Load in a child process whose whole environment is
+// env, and returns its error line.
+func loadConfig(t *testing.T, env map[string]string) error {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), exe)
+	cmd.Env = []string{loadConfigEnv + "=1"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+func TestLoadConfigDetectsBadConfig(t *testing.T) {
+	t.Parallel()
+	err := loadConfig(t, map[string]string{
+		"BILLING_KAFKA_BROKERS": "kafka", "BILLING_DATABASE_URL": "postgres://x",
+		"BILLING_PAYMENT_BASE_URL": "http://gw",
+	})
+	if err == nil || !strings.Contains(err.Error(), "BILLING_KAFKA_BROKERS") {
+		t.Errorf("broker without port: got %v, want an error naming BILLING_KAFKA_BROKERS", err)
+	}
+}
+
+func TestRenderedConfigLoads(t *testing.T) {
+	t.Parallel()
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		d := get[appsv1.Deployment](t, r, "Deployment", appName)
+		env := containerEnv(t, r, d.Spec.Template.Spec.Containers[0])
+		vars := maps.Clone(env.fromConfigMap)
+		vars["BILLING_DATABASE_URL"] = "postgres://billing:secret@postgres:5432/billing?sslmode=verify-full"
+		if err := loadConfig(t, vars); err != nil {
+			t.Errorf("config.Load with the ConfigMap and a database URL: %v", err)
+		}
+	})
+}
+
+func subset(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestScrapingAndDisruption(t *testing.T) {
+	t.Parallel()
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		d := get[appsv1.Deployment](t, r, "Deployment", appName)
+		j := get[batchv1.Job](t, r, "Job", migrateJob)
+		pods := d.Spec.Template.Labels
+		svc := get[corev1.Service](t, r, "Service", appName)
+		if !subset(svc.Spec.Selector, pods) {
+			t.Errorf("Service selector %v does not select the Deployment's pods %v", svc.Spec.Selector, pods)
+		}
+		if subset(svc.Spec.Selector, j.Spec.Template.Labels) {
+			t.Errorf("Service selector %v also selects the migrate Job", svc.Spec.Selector)
+		}
+		if !svc.Spec.PublishNotReadyAddresses {
+			t.Errorf("Service publishNotReadyAddresses: got false, want true (a paused pod must still be scraped)")
+		}
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "http" || svc.Spec.Ports[0].Port != 8080 || svc.Spec.Ports[0].TargetPort != intstr.FromString("http") {
+			t.Errorf("Service ports: got %+v, want http 8080 -> http", svc.Spec.Ports)
+		}
+
+		sm := get[serviceMonitor](t, r, "ServiceMonitor", appName)
+		if sel, err := metav1.LabelSelectorAsMap(&sm.Spec.Selector); err != nil || !subset(sel, svc.Labels) {
+			t.Errorf("ServiceMonitor selector %v does not select Service labels %v", sm.Spec.Selector, svc.Labels)
+		}
+		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
+			t.Errorf("ServiceMonitor endpoints: got %+v, want port http path /metrics", sm.Spec.Endpoints)
+		}
+
+		pdb := get[policyv1.PodDisruptionBudget](t, r, "PodDisruptionBudget", appName)
+		if pdb.Spec.MaxUnavailable == nil || *pdb.Spec.MaxUnavailable != intstr.FromInt32(1) {
+			t.Errorf("PDB maxUnavailable: got %v, want 1", deref(pdb.Spec.MaxUnavailable))
+		}
+		if sel, err := metav1.LabelSelectorAsMap(pdb.Spec.Selector); err != nil || !subset(sel, pods) {
+			t.Errorf("PDB selector %v does not select the pods %v", pdb.Spec.Selector, pods)
+		}
+
+		np := get[networkingv1.NetworkPolicy](t, r, "NetworkPolicy", appName)
+		for what, l := range map[string]map[string]string{"Deployment": pods, "Job": j.Spec.Template.Labels} {
+			if sel, err := metav1.LabelSelectorAsMap(&np.Spec.PodSelector); err != nil || !subset(sel, l) {
+				t.Errorf("NetworkPolicy podSelector %v does not select the %s's pods %v", np.Spec.PodSelector, what, l)
+			}
+		}
+		if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || len(np.Spec.Ingress[0].Ports) != 1 {
+			t.Fatalf("NetworkPolicy ingress: got %+v, want one rule, one peer, one port", np.Spec.Ingress)
+		}
+		in := np.Spec.Ingress[0]
+		if ns := in.From[0].NamespaceSelector; ns == nil || ns.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" || in.From[0].PodSelector != nil || in.From[0].IPBlock != nil {
+			t.Errorf("NetworkPolicy ingress from: got %+v, want the monitoring namespace only", in.From[0])
+		}
+		if p := in.Ports[0].Port; p == nil || *p != intstr.FromInt32(8080) {
+			t.Errorf("NetworkPolicy ingress port: got %v, want 8080", deref(p))
+		}
+		egress := map[string]bool{}
+		for _, e := range np.Spec.Egress {
+			for _, p := range e.Ports {
+				egress[fmt.Sprintf("%s/%s", p.Port.String(), *p.Protocol)] = true
+			}
+		}
+		for _, want := range []string{"9092/TCP", "9093/TCP", "5432/TCP", "443/TCP", "80/TCP", "53/UDP", "53/TCP"} {
+			if !egress[want] {
+				t.Errorf("NetworkPolicy egress: no %s in %v", want, keys(egress))
+			}
+		}
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			t.Errorf("NetworkPolicy policyTypes: got %v, want Ingress and Egress", np.Spec.PolicyTypes)
+		}
+	})
+}
+
+func TestAutoscaler(t *testing.T) {
+	t.Parallel()
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		h := get[autoscalingv2.HorizontalPodAutoscaler](t, r, "HorizontalPodAutoscaler", appName)
+		d := get[appsv1.Deployment](t, r, "Deployment", appName)
+		cm := configMapNamed(t, r, configMap)
+		if ref := h.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != d.Name || ref.APIVersion != "apps/v1" {
+			t.Errorf("scaleTargetRef: got %+v, want apps/v1 Deployment %s", ref, d.Name)
+		}
+		partitions, err := strconv.Atoi(h.Annotations[partitionsAn])
+		if err != nil || partitions < 1 {
+			t.Fatalf("annotation %s: got %q, want the topic's partition count", partitionsAn, h.Annotations[partitionsAn])
+		}
+		if h.Spec.MaxReplicas > int32(partitions) {
+			t.Errorf("maxReplicas %d > %d partitions: the extra consumers would sit idle", h.Spec.MaxReplicas, partitions)
+		}
+		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas != 2 || *h.Spec.MinReplicas > h.Spec.MaxReplicas {
+			t.Errorf("minReplicas: got %v, want 2 (<= maxReplicas %d)", deref(h.Spec.MinReplicas), h.Spec.MaxReplicas)
+		}
+		if d.Spec.Replicas != nil && h.Spec.MinReplicas != nil && (*d.Spec.Replicas > h.Spec.MaxReplicas || *d.Spec.Replicas < *h.Spec.MinReplicas) {
+			t.Errorf("Deployment replicas %d outside the HPA's [%d, %d]", *d.Spec.Replicas, *h.Spec.MinReplicas, h.Spec.MaxReplicas)
+		}
+		if len(h.Spec.Metrics) != 1 || h.Spec.Metrics[0].External == nil {
+			t.Fatalf("metrics: got %+v, want one External metric", h.Spec.Metrics)
+		}
+		ext := h.Spec.Metrics[0].External
+		if ext.Metric.Name != "billing_consumer_lag" || !registeredMetrics(t)[ext.Metric.Name] {
+			t.Errorf("external metric: got %q, want billing_consumer_lag (registered by the service)", ext.Metric.Name)
+		}
+		if ext.Metric.Selector == nil || ext.Metric.Selector.MatchLabels["topic"] != effective(t, cm, "BILLING_KAFKA_TOPIC") {
+			t.Errorf("external metric selector: got %v, want topic=%s (BILLING_KAFKA_TOPIC)", ext.Metric.Selector, effective(t, cm, "BILLING_KAFKA_TOPIC"))
+		}
+		if ext.Target.Type != autoscalingv2.AverageValueMetricType || ext.Target.AverageValue == nil || ext.Target.AverageValue.Sign() <= 0 {
+			t.Errorf("external target: got %+v, want a positive AverageValue (lag per pod)", ext.Target)
+		}
+	})
+}
+
+func TestDashboardConfigMap(t *testing.T) {
+	t.Parallel()
+	want, err := os.ReadFile(obsDir + "/billing-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		cm := get[corev1.ConfigMap](t, r, "ConfigMap", dashboardCM)
+		if got := cm.Labels["grafana_dashboard"]; got != "1" {
+			t.Errorf("label grafana_dashboard: got %q, want \"1\"", got)
+		}
+		if got := cm.Data["billing-dashboard.json"]; got != string(want) {
+			t.Errorf("data billing-dashboard.json differs from %s/billing-dashboard.json", obsDir)
+		}
+		if !json.Valid([]byte(cm.Data["billing-dashboard.json"])) {
+			t.Errorf("dashboard data is not JSON")
+		}
+	})
+}
