@@ -1,0 +1,195 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/pgtest"
+)
+
+// fakeGateway records charges and answers with answer (success when nil).
+// Only the gateway is fake here; the database is real.
+type fakeGateway struct {
+	mu     sync.Mutex
+	calls  []order.ChargeRequest
+	answer func(n int, req order.ChargeRequest) (order.ChargeResult, error) // n counts from 1
+}
+
+var _ order.PaymentGateway = (*fakeGateway)(nil)
+
+func (g *fakeGateway) Charge(_ context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls = append(g.calls, req)
+	if g.answer != nil {
+		return g.answer(len(g.calls), req)
+	}
+	return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: fmt.Sprintf("ch-%d", len(g.calls))}, nil
+}
+
+func (g *fakeGateway) keys() []uuid.UUID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]uuid.UUID, len(g.calls))
+	for i, c := range g.calls {
+		out[i] = c.IdempotencyKey
+	}
+	return out
+}
+
+type billingEnv struct {
+	store *postgres.Store
+	gw    *fakeGateway
+	svc   *order.BillingService
+}
+
+func newBillingEnv(t *testing.T) *billingEnv {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool)
+	gw := &fakeGateway{}
+	return &billingEnv{store: store, gw: gw, svc: order.NewBillingService(store, gw, group)}
+}
+
+func event(t *testing.T, orderID string) order.OrderConfirmedEvent {
+	t.Helper()
+	evt, err := order.NewOrderConfirmedEvent(order.Order{ID: orderID, CustomerID: "cus-" + orderID, TotalAmount: 12990, Currency: "EUR", ConfirmedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evt
+}
+
+func (e *billingEnv) bill(ctx context.Context, t *testing.T, evt order.OrderConfirmedEvent, want order.Outcome) {
+	t.Helper()
+	got, err := e.svc.Bill(ctx, evt)
+	if err != nil {
+		t.Fatalf("Bill(%s of %s) error = %v, want outcome %s", evt.EventID, evt.OrderID, err, want)
+	}
+	if got != want {
+		t.Errorf("Bill(%s of %s) = %s, want %s", evt.EventID, evt.OrderID, got, want)
+	}
+}
+
+func (e *billingEnv) invoice(ctx context.Context, t *testing.T, orderID string) order.Invoice {
+	t.Helper()
+	invs, err := e.store.Invoices(ctx)
+	if err != nil {
+		t.Fatalf("Invoices() error = %v", err)
+	}
+	for _, inv := range invs {
+		if inv.OrderID == orderID {
+			return inv
+		}
+	}
+	t.Fatalf("no invoice for %s in %+v", orderID, invs)
+	return order.Invoice{}
+}
+
+func TestBillingSameEventTwice(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	e := newBillingEnv(t)
+	evt := event(t, "ord-1")
+
+	e.bill(ctx, t, evt, order.OutcomeCharged)
+	e.bill(ctx, t, evt, order.OutcomeDuplicate)
+
+	if keys := e.gw.keys(); len(keys) != 1 || keys[0] != evt.EventID {
+		t.Errorf("gateway keys = %v, want one charge keyed %s", keys, evt.EventID)
+	}
+	inv := e.invoice(ctx, t, "ord-1")
+	if inv.Status != order.StatusCharged || inv.ChargeID != "ch-1" || inv.EventID != evt.EventID || inv.Amount != 12990 {
+		t.Errorf("invoice = %+v, want charged ch-1 under %s", inv, evt.EventID)
+	}
+	if n, err := e.store.ProcessedCount(ctx, group); err != nil || n != 1 {
+		t.Errorf("ProcessedCount() = %d, %v, want 1, nil", n, err)
+	}
+}
+
+func TestBillingSecondEventSameOrder(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	e := newBillingEnv(t)
+	first, second := event(t, "ord-1"), event(t, "ord-1")
+
+	e.bill(ctx, t, first, order.OutcomeCharged)
+	e.bill(ctx, t, second, order.OutcomeDuplicateOrder)
+	e.bill(ctx, t, second, order.OutcomeDuplicate)
+
+	if keys := e.gw.keys(); len(keys) != 1 {
+		t.Errorf("gateway keys = %v, want one charge", keys)
+	}
+	if inv := e.invoice(ctx, t, "ord-1"); inv.EventID != first.EventID || inv.Status != order.StatusCharged {
+		t.Errorf("invoice = %+v, want charged under the first event %s", inv, first.EventID)
+	}
+	if n, err := e.store.ProcessedCount(ctx, group); err != nil || n != 2 {
+		t.Errorf("ProcessedCount() = %d, %v, want 2, nil", n, err)
+	}
+}
+
+// TestBillingResumesPendingWithFirstKey: the gateway fails the first charge;
+// a second event for the order (a new event_id) must resume the pending
+// invoice under the FIRST event's key, never charge under its own.
+func TestBillingResumesPendingWithFirstKey(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	e := newBillingEnv(t)
+	e.gw.answer = func(n int, _ order.ChargeRequest) (order.ChargeResult, error) {
+		if n == 1 {
+			return order.ChargeResult{}, &order.TransientError{Op: "charge", Err: errors.New("gateway 503")}
+		}
+		return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: "ch-ok"}, nil
+	}
+	first, second := event(t, "ord-1"), event(t, "ord-1")
+
+	_, err := e.svc.Bill(ctx, first)
+	if got := order.Classify(err); got != order.ClassTransient {
+		t.Fatalf("Bill(first) error = %v (class %v), want transient", err, got)
+	}
+	if inv := e.invoice(ctx, t, "ord-1"); inv.Status != order.StatusPending || inv.EventID != first.EventID {
+		t.Fatalf("invoice after the failed charge = %+v, want pending under %s", inv, first.EventID)
+	}
+
+	e.bill(ctx, t, second, order.OutcomeCharged)
+	keys := e.gw.keys()
+	if len(keys) != 2 || keys[0] != first.EventID || keys[1] != first.EventID {
+		t.Errorf("gateway keys = %v, want two calls both keyed by the first event %s (second is %s)", keys, first.EventID, second.EventID)
+	}
+	inv := e.invoice(ctx, t, "ord-1")
+	if inv.Status != order.StatusCharged || inv.ChargeID != "ch-ok" || inv.EventID != first.EventID {
+		t.Errorf("invoice = %+v, want charged ch-ok under %s", inv, first.EventID)
+	}
+
+	// The first event redelivered now finds a final invoice.
+	e.bill(ctx, t, first, order.OutcomeDuplicate)
+	if n := len(e.gw.keys()); n != 2 {
+		t.Errorf("gateway calls = %d, want still 2", n)
+	}
+}
+
+func TestBillingDecline(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	e := newBillingEnv(t)
+	e.gw.answer = func(int, order.ChargeRequest) (order.ChargeResult, error) {
+		return order.ChargeResult{Status: order.ChargeDeclined}, nil
+	}
+	evt := event(t, "ord-1")
+	e.bill(ctx, t, evt, order.OutcomeDeclined)
+	e.bill(ctx, t, event(t, "ord-1"), order.OutcomeDuplicateOrder)
+	if inv := e.invoice(ctx, t, "ord-1"); inv.Status != order.StatusDeclined || inv.ChargeID != "" {
+		t.Errorf("invoice = %+v, want declined without charge id", inv)
+	}
+	if n := len(e.gw.keys()); n != 1 {
+		t.Errorf("gateway calls = %d, want 1", n)
+	}
+}

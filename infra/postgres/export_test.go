@@ -1,0 +1,4 @@
+package postgres
+
+// TxAttempts exposes txAttempts to the external tests.
+const TxAttempts = txAttempts

@@ -1,0 +1,102 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/acme/billing/core/order"
+)
+
+// DedupRepo writes processed_event, the dedup guard keyed by
+// (event_id, consumer_group). Its zero value is ready to use.
+type DedupRepo struct{}
+
+// TryInsert records that group processed eventID, inside tx, and reports
+// whether this is the first time: INSERT … ON CONFLICT DO NOTHING, and
+// RowsAffected()==1 means the row is new. A concurrent insert of the same
+// key waits for the other transaction and then reports false if it commits.
+func (DedupRepo) TryInsert(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, group string) (bool, error) {
+	tag, err := tx.Exec(ctx,
+		`INSERT INTO processed_event (event_id, consumer_group) VALUES ($1, $2)
+		 ON CONFLICT (event_id, consumer_group) DO NOTHING`,
+		pgtype.UUID{Bytes: eventID, Valid: true}, group)
+	if err != nil {
+		return false, translate(ctx, fmt.Errorf("insert processed_event %s: %w", eventID, err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// InvoiceRepo reads and writes invoice, one row per order. Its zero value is
+// ready to use.
+type InvoiceRepo struct{}
+
+const invoiceColumns = `order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), created_at`
+
+// Insert inserts inv unless its order already has an invoice (ON CONFLICT
+// (order_id) DO NOTHING) and reports whether it inserted. An empty ChargeID
+// is stored as NULL.
+func (InvoiceRepo) Insert(ctx context.Context, tx pgx.Tx, inv order.Invoice) (bool, error) {
+	tag, err := tx.Exec(ctx,
+		`INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status, charge_id)
+		 VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''))
+		 ON CONFLICT (order_id) DO NOTHING`,
+		inv.OrderID, pgtype.UUID{Bytes: inv.EventID, Valid: true}, inv.CustomerID, inv.Amount, inv.Currency,
+		string(inv.Status), inv.ChargeID)
+	if err != nil {
+		return false, translate(ctx, fmt.Errorf("insert invoice %s: %w", inv.OrderID, err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// ForUpdate returns the order's invoice, locked (SELECT … FOR UPDATE) until
+// tx ends; found is false when the order has none.
+func (InvoiceRepo) ForUpdate(ctx context.Context, tx pgx.Tx, orderID string) (order.Invoice, bool, error) {
+	row := tx.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoice WHERE order_id = $1 FOR UPDATE`, orderID)
+	inv, err := scanInvoice(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return order.Invoice{}, false, nil
+	}
+	if err != nil {
+		return order.Invoice{}, false, translate(ctx, fmt.Errorf("select invoice %s for update: %w", orderID, err))
+	}
+	return inv, true, nil
+}
+
+// errNotFinal rejects settling an invoice to a state that is not final.
+var errNotFinal = errors.New("status is not final")
+
+// Settle moves the order's invoice from pending to status (charged or
+// declined), recording chargeID (NULL when ""), and reports whether it did:
+// false when the invoice was already final or does not exist.
+func (InvoiceRepo) Settle(ctx context.Context, tx pgx.Tx, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
+	if !status.Final() {
+		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", orderID, status, errNotFinal))
+	}
+	tag, err := tx.Exec(ctx,
+		`UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''), updated_at = now()
+		 WHERE order_id = $1 AND status = 'pending'`,
+		orderID, string(status), chargeID)
+	if err != nil {
+		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", orderID, err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func scanInvoice(row pgx.Row) (order.Invoice, error) {
+	var (
+		inv     order.Invoice
+		eventID pgtype.UUID
+		status  string
+	)
+	if err := row.Scan(&inv.OrderID, &eventID, &inv.CustomerID, &inv.Amount, &inv.Currency, &status, &inv.ChargeID, &inv.CreatedAt); err != nil {
+		return order.Invoice{}, err
+	}
+	inv.EventID = uuid.UUID(eventID.Bytes)
+	inv.Status = order.InvoiceStatus(status)
+	return inv, nil
+}

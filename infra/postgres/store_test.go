@@ -1,0 +1,186 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/pgtest"
+)
+
+func TestInTxRetriesSerializationFailure(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool)
+	id := newEventID(t)
+
+	var attempts int
+	err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+		attempts++
+		first, err := tx.TryInsertProcessed(ctx, id, group)
+		if err != nil {
+			return err
+		}
+		if !first {
+			return fmt.Errorf("attempt %d: TryInsertProcessed = false: the failed attempt was not rolled back", attempts)
+		}
+		if attempts == 1 {
+			return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("InTx() error = %v, want nil after a retry", err)
+	}
+	if attempts != 2 {
+		t.Errorf("attempts = %d, want 2", attempts)
+	}
+	if n, err := store.ProcessedCount(ctx, group); err != nil || n != 1 {
+		t.Errorf("ProcessedCount() = %d, %v, want 1, nil", n, err)
+	}
+}
+
+func TestInTxGivesUpAfterAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool)
+
+	var attempts int
+	err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+		attempts++
+		return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40P01", Message: "deadlock detected"})
+	})
+	if attempts != postgres.TxAttempts {
+		t.Errorf("attempts = %d, want %d", attempts, postgres.TxAttempts)
+	}
+	var te *order.TransientError
+	if !errors.As(err, &te) {
+		t.Fatalf("InTx() error = %v (%T), want a *order.TransientError", err, err)
+	}
+	if got := order.Classify(err); got != order.ClassTransient {
+		t.Errorf("Classify() = %v, want transient", got)
+	}
+}
+
+func TestInTxDoesNotRetryOtherErrors(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool)
+	id := newEventID(t)
+	errDomain := errors.New("domain rule broken")
+
+	var attempts int
+	err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+		attempts++
+		if _, err := tx.TryInsertProcessed(ctx, id, group); err != nil {
+			return err
+		}
+		return errDomain
+	})
+	if !errors.Is(err, errDomain) {
+		t.Errorf("InTx() error = %v, want it to wrap %v", err, errDomain)
+	}
+	if attempts != 1 {
+		t.Errorf("attempts = %d, want 1", attempts)
+	}
+	if n, err := store.ProcessedCount(ctx, group); err != nil || n != 0 {
+		t.Errorf("ProcessedCount() = %d, %v, want 0 (rolled back), nil", n, err)
+	}
+}
+
+// TestInTxRetriesRealDeadlock makes two transactions lock two invoices in
+// opposite orders: Postgres aborts one with 40P01 and InTx runs it again.
+func TestInTxRetriesRealDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, dsn := pgtest.NewDB(t)
+	// Detect the deadlock quickly; new sessions pick the setting up.
+	if _, err := pool.Exec(ctx, "ALTER DATABASE "+dbName(t, dsn)+" SET deadlock_timeout = '50ms'"); err != nil {
+		t.Fatal(err)
+	}
+	pool.Reset()
+	store := postgres.NewStore(pool)
+	for _, id := range []string{"ord-a", "ord-b"} {
+		err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+			_, err := tx.InsertInvoice(ctx, order.Invoice{OrderID: id, EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var (
+		attempts atomic.Int32
+		locked   sync.WaitGroup // both hold their first lock
+		wg       sync.WaitGroup
+		errs     [2]error
+	)
+	locked.Add(2)
+	lockBoth := func(i int, first, second string) {
+		var once sync.Once
+		errs[i] = store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+			attempts.Add(1)
+			if _, _, err := tx.InvoiceForUpdate(ctx, first); err != nil {
+				return err
+			}
+			once.Do(func() { locked.Done(); locked.Wait() })
+			_, _, err := tx.InvoiceForUpdate(ctx, second)
+			return err
+		})
+	}
+	wg.Go(func() { lockBoth(0, "ord-a", "ord-b") })
+	wg.Go(func() { lockBoth(1, "ord-b", "ord-a") })
+	wg.Wait()
+
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("transaction %d: InTx() error = %v, want nil after a retry", i, err)
+		}
+	}
+	if got := attempts.Load(); got != 3 {
+		t.Errorf("attempts = %d, want 3 (the deadlock victim ran twice)", got)
+	}
+}
+
+func TestInTxCanceled(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool)
+	ctx, cancel := context.WithCancel(context.Background())
+
+	err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+		cancel()
+		_, err := tx.TryInsertProcessed(ctx, newEventID(t), group)
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("InTx() error = %v, want context.Canceled", err)
+	}
+	if got := order.Classify(err); got != order.ClassCanceled {
+		t.Errorf("Classify() = %v, want canceled", got)
+	}
+	// The connection went back to the pool usable, outside a transaction.
+	if n, err := store.ProcessedCount(context.Background(), group); err != nil || n != 0 {
+		t.Errorf("ProcessedCount() = %d, %v, want 0, nil", n, err)
+	}
+}
+
+func dbName(t *testing.T, dsn string) string {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Database
+}

@@ -1,0 +1,553 @@
+// Package pgcluster starts throwaway PostgreSQL clusters from the server
+// binaries installed on the machine: for tests, benchmarks and `billing demo`.
+// A cluster listens on 127.0.0.1 only, trusts every local connection and is
+// meant to be thrown away with its directory.
+//
+// The postmaster is a child of the calling process, started with a
+// parent-death signal (Linux), so a test binary that crashes or is killed
+// does not leave a postmaster running forever: the kernel sends it SIGQUIT
+// (immediate shutdown) when the thread that started it goes away, and that
+// thread lives exactly as long as the postmaster. What such a crash does
+// leave is the data directory; it is the caller's.
+//
+// Run as root, the binaries run as the "postgres" OS user (initdb refuses
+// root): the data directory is chowned to that user and, where an ancestor
+// directory does not let that user through (t.TempDir and os.MkdirTemp make
+// 0700 directories), the search bit for others (o+x, not read) is added to it.
+// The binaries run with that user's credentials set directly on the child
+// process (what `runuser -u postgres` does, without a PAM session and
+// without an intermediate process that would swallow the parent-death
+// signal).
+//
+// initdb's output is cached per user (initcache.go), so only the first
+// cluster on a machine pays for initdb.
+package pgcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Options configures a cluster.
+type Options struct {
+	// Port is the TCP port on 127.0.0.1; 0 picks a free one.
+	Port int
+	// Fsync keeps Postgres durable (fsync, synchronous_commit and
+	// full_page_writes on). Off is much faster and fine for tests; turn it on
+	// for benchmarks, whose numbers should resemble production.
+	Fsync bool
+	// Logger receives start and stop events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Cluster is one running (or stopped) throwaway Postgres cluster. Its
+// methods are safe for concurrent use.
+type Cluster struct {
+	dir  string
+	bin  string
+	opts Options
+	log  *slog.Logger
+	cred *syscall.Credential // nil: run as the current user
+
+	port atomic.Int64 // fixed once the first start succeeds
+
+	mu   sync.Mutex // serialises Start and Stop
+	proc *process   // nil when stopped
+}
+
+// process is one postmaster run.
+type process struct {
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the postmaster has exited and been reaped
+	waitErr error         // set before exited is closed
+}
+
+const (
+	// superuser is the cluster's superuser (initdb -U).
+	superuser = "postgres"
+	// logFile, inside the data directory, receives the postmaster's output.
+	logFile = "postmaster.log"
+	// startTimeout bounds a start when ctx has no earlier deadline.
+	startTimeout = 60 * time.Second
+	// stopTimeout bounds a fast shutdown when ctx has no earlier deadline,
+	// before Stop escalates to an immediate shutdown.
+	stopTimeout = 30 * time.Second
+	// maxUnixSocketPath is below the 108 bytes of sockaddr_un.sun_path, less
+	// the "/.s.PGSQL.nnnnn.lock" that Postgres appends.
+	maxUnixSocketPath = 80
+)
+
+// Start creates (initdb) a cluster in data directory dir unless dir already
+// holds one, starts it and waits until it accepts connections. The caller
+// owns dir: Stop leaves it in place.
+func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
+	bin, err := FindBinDir()
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: data dir %q: %w", dir, err)
+	}
+	c := &Cluster{dir: abs, bin: bin, opts: opts, log: opts.Logger}
+	c.port.Store(int64(opts.Port))
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if os.Geteuid() == 0 {
+		if c.cred, err = postgresCredential(); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.prepareDir(); err != nil {
+		return nil, err
+	}
+	if err := c.initdb(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start restarts a stopped cluster on the same directory and port, for
+// tests that simulate a Postgres outage. It fails if the cluster runs.
+func (c *Cluster) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil {
+		select {
+		case <-c.proc.exited:
+			c.proc = nil
+		default:
+			return errors.New("pgcluster: start: already running")
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+
+	// A free port found by listening and closing may be taken again before
+	// the postmaster binds it; pick another in that case.
+	attempts := 1
+	if c.port.Load() == 0 {
+		attempts = 3
+	}
+	var err error
+	for range attempts {
+		port := int(c.port.Load())
+		if port == 0 {
+			if port, err = freePort(); err != nil {
+				return err
+			}
+		}
+		var p *process
+		if p, err = c.launch(port); err != nil {
+			return err
+		}
+		if err = c.waitReady(ctx, p, port); err == nil {
+			c.port.Store(int64(port))
+			c.proc = p
+			c.log.Info("postgres started", slog.String("dir", c.dir), slog.Int("port", port), slog.Int("pid", p.cmd.Process.Pid))
+			return nil
+		}
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+		_ = stopProcess(sctx, p) // the start error says more than this one
+		scancel()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("pgcluster: start: %w", err)
+}
+
+// Stop shuts the cluster down as `pg_ctl stop -m fast` does (SIGINT: roll
+// back open transactions, disconnect clients, checkpoint) and waits for it.
+// If ctx ends first, it escalates to an immediate shutdown and then a kill.
+// Stop is idempotent and leaves the data directory in place.
+func (c *Cluster) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.proc
+	if p == nil {
+		return nil
+	}
+	c.proc = nil
+	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	if err := stopProcess(ctx, p); err != nil {
+		return fmt.Errorf("pgcluster: stop: %w", err)
+	}
+	c.log.Info("postgres stopped", slog.String("dir", c.dir), slog.Int("port", c.Port()))
+	return nil
+}
+
+// DSN returns a URL connecting as the superuser to database dbname over TCP.
+func (c *Cluster) DSN(dbname string) string {
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.User(superuser),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port())),
+		Path:     "/" + dbname,
+		RawQuery: "sslmode=disable",
+	}
+	return u.String()
+}
+
+// Port returns the TCP port the cluster listens on.
+func (c *Cluster) Port() int { return int(c.port.Load()) }
+
+// Dir returns the cluster's data directory.
+func (c *Cluster) Dir() string { return c.dir }
+
+// FindBinDir returns the directory of the Postgres server binaries: the one
+// `pg_config --bindir` names when it holds initdb and postgres, otherwise the
+// highest version under /usr/lib/postgresql/*/bin (Debian's layout).
+func FindBinDir() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		if dir := strings.TrimSpace(string(out)); hasServer(dir) {
+			return dir, nil
+		}
+	}
+	dirs, err := filepath.Glob("/usr/lib/postgresql/*/bin")
+	if err != nil {
+		return "", fmt.Errorf("pgcluster: find binaries: %w", err)
+	}
+	dirs = slices.DeleteFunc(dirs, func(d string) bool { return !hasServer(d) })
+	if len(dirs) == 0 {
+		return "", errors.New("pgcluster: no Postgres server binaries (initdb, postgres) found via pg_config or under /usr/lib/postgresql/*/bin; install the postgresql package")
+	}
+	slices.SortFunc(dirs, func(a, b string) int {
+		return compareVersions(filepath.Base(filepath.Dir(a)), filepath.Base(filepath.Dir(b)))
+	})
+	return dirs[len(dirs)-1], nil
+}
+
+func hasServer(dir string) bool {
+	for _, name := range []string{"initdb", "postgres"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.IsDir() {
+			return false
+		}
+	}
+	return true
+}
+
+// compareVersions orders "9.6" < "15" < "16.1", numerically by component.
+func compareVersions(a, b string) int {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := range max(len(as), len(bs)) {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x - y
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+func postgresCredential() (*syscall.Credential, error) {
+	u, err := user.Lookup(superuser)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: running as root needs the %q OS user: %w", superuser, err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: uid of %q: %w", superuser, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: gid of %q: %w", superuser, err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// prepareDir creates the data directory with the mode Postgres demands and,
+// as root, hands it to the postgres user and makes its ancestors passable.
+func (c *Cluster) prepareDir() error {
+	if err := os.MkdirAll(filepath.Dir(c.dir), 0o755); err != nil {
+		return fmt.Errorf("pgcluster: create parent of %s: %w", c.dir, err)
+	}
+	if err := os.Mkdir(c.dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("pgcluster: create %s: %w", c.dir, err)
+	}
+	if err := os.Chmod(c.dir, 0o700); err != nil {
+		return fmt.Errorf("pgcluster: chmod %s: %w", c.dir, err)
+	}
+	if c.cred == nil {
+		return nil
+	}
+	if err := c.chownData(); err != nil {
+		return err
+	}
+	for p := filepath.Dir(c.dir); ; p = filepath.Dir(p) {
+		if err := c.makeSearchable(p); err != nil {
+			return err
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
+}
+
+// chownData gives the data directory and everything in it to the postgres
+// user (when running as root).
+func (c *Cluster) chownData() error {
+	if c.cred == nil {
+		return nil
+	}
+	uid, gid := int(c.cred.Uid), int(c.cred.Gid)
+	if err := filepath.WalkDir(c.dir, func(path string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	}); err != nil {
+		return fmt.Errorf("pgcluster: chown %s: %w", c.dir, err)
+	}
+	return nil
+}
+
+// makeSearchable adds o+x to dir when the postgres user could not enter it.
+func (c *Cluster) makeSearchable(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("pgcluster: stat %s: %w", dir, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	mode := fi.Mode().Perm()
+	switch {
+	case st.Uid == c.cred.Uid && mode&0o100 != 0,
+		st.Gid == c.cred.Gid && mode&0o010 != 0,
+		mode&0o001 != 0:
+		return nil
+	}
+	if err := os.Chmod(dir, fi.Mode()|0o001); err != nil {
+		return fmt.Errorf("pgcluster: let %s through %s: %w", superuser, dir, err)
+	}
+	c.log.Info("added o+x so postgres can reach its data directory", slog.String("dir", dir))
+	return nil
+}
+
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	return cmd
+}
+
+// initdb creates the cluster unless the directory already holds one: from
+// the initdb cache (initcache.go) when it can, by running initdb otherwise.
+func (c *Cluster) initdb(ctx context.Context) error {
+	if _, err := os.Stat(filepath.Join(c.dir, "PG_VERSION")); err == nil {
+		return nil
+	}
+	args := []string{"--auth=trust", "-U", superuser, "--encoding=UTF8", "--no-locale"}
+	key, keyErr := c.cacheKey(args)
+	if entries, err := os.ReadDir(c.dir); err == nil && len(entries) == 0 && keyErr == nil && c.fromCache(key) {
+		if err := c.chownData(); err != nil {
+			return err
+		}
+		c.log.Info("data directory copied from the initdb cache", slog.String("dir", c.dir))
+		return nil
+	}
+	args = append(args, "-D", c.dir)
+	if !c.opts.Fsync {
+		args = append(args, "--no-sync")
+	}
+	start := time.Now()
+	out, err := c.command(ctx, "initdb", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgcluster: initdb %s: %w\n%s", c.dir, err, tail(out, 2048))
+	}
+	c.log.Info("initdb done", slog.String("dir", c.dir), slog.Duration("took", time.Since(start)))
+	if keyErr == nil {
+		c.toCache(key)
+	}
+	return nil
+}
+
+// launch starts the postmaster on port.
+func (c *Cluster) launch(port int) (*process, error) {
+	args := []string{
+		"-D", c.dir,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "port=" + strconv.Itoa(port),
+		"-c", "unix_socket_directories=" + c.socketDir(),
+		"-c", "max_connections=200",
+	}
+	if !c.opts.Fsync {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	logf, err := os.OpenFile(filepath.Join(c.dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("pgcluster: open log: %w", err)
+	}
+	// Not CommandContext: the postmaster outlives the ctx of the call that
+	// started it; Stop ends it.
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), args...)
+	cmd.Dir = c.dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT}
+
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal fires when the thread that forked exits,
+		// not the process. Lock this goroutine to its thread and keep it
+		// waiting for the postmaster, so the thread lives exactly as long
+		// as the postmaster; it ends (locked) after the postmaster exits.
+		runtime.LockOSThread()
+		defer close(p.exited)
+		err := cmd.Start()
+		_ = logf.Close() // the child has its own descriptor
+		started <- err
+		if err != nil {
+			p.waitErr = err
+			return
+		}
+		p.waitErr = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("pgcluster: run postgres: %w", err)
+	}
+	return p, nil
+}
+
+// socketDir is the data directory, unless its path is too long for a unix
+// socket; then no socket is made (clients use TCP anyway).
+func (c *Cluster) socketDir() string {
+	if len(c.dir) > maxUnixSocketPath || strings.ContainsAny(c.dir, ", '\"") {
+		return ""
+	}
+	return c.dir
+}
+
+// waitReady polls until this cluster's postmaster accepts connections, it
+// exits, or ctx ends.
+func (c *Cluster) waitReady(ctx context.Context, p *process, port int) error {
+	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=postgres sslmode=disable connect_timeout=2", port, superuser)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var lastErr error
+	for {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("postgres exited (%v) before accepting connections:\n%s", p.waitErr, c.logTail())
+		default:
+		}
+		if lastErr = c.isOurs(ctx, dsn); lastErr == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres not ready: %w (last: %w)\n%s", ctx.Err(), lastErr, c.logTail())
+		case <-p.exited:
+		case <-tick.C:
+		}
+	}
+}
+
+// isOurs connects and checks that the server answering is this cluster, not
+// another one that holds the port.
+func (c *Cluster) isOurs(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var dataDir string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dataDir); err != nil {
+		return err
+	}
+	want, err := filepath.EvalSymlinks(c.dir)
+	if err != nil {
+		return err
+	}
+	if got, err := filepath.EvalSymlinks(dataDir); err != nil || got != want {
+		return fmt.Errorf("port answered by another server (data_directory %q)", dataDir)
+	}
+	return nil
+}
+
+func (c *Cluster) logTail() string {
+	b, err := os.ReadFile(filepath.Join(c.dir, logFile))
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	return tail(b, 2048)
+}
+
+// stopProcess sends a fast shutdown and waits; when ctx ends first it sends
+// an immediate shutdown, then kills.
+func stopProcess(ctx context.Context, p *process) error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal postgres: %w", err)
+	}
+	select {
+	case <-p.exited:
+		return nil
+	case <-ctx.Done():
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	grace := time.NewTimer(5 * time.Second)
+	defer grace.Stop()
+	select {
+	case <-p.exited:
+	case <-grace.C:
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	return fmt.Errorf("fast shutdown did not finish: %w", ctx.Err())
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(b []byte, n int) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

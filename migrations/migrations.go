@@ -1,0 +1,12 @@
+// Package migrations holds billing's database schema as numbered SQL files,
+// embedded into the binary. infra/postgres applies them in name order, each
+// once, in its own transaction; a file, once released, is never edited: a
+// change is a new file.
+package migrations
+
+import "embed"
+
+// FS holds the migration files, named NNNN_description.sql.
+//
+//go:embed *.sql
+var FS embed.FS
