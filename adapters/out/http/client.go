@@ -1,0 +1,445 @@
+// Package payment is the payment gateway adapter: it implements
+// order.PaymentGateway over HTTP as CONTRACT.md §6 describes, translating
+// every reply and transport failure into a ChargeResult or a typed error of
+// core/order, and it stops calling a gateway that fails nearly every call
+// (a circuit breaker), reporting an outage instead.
+//
+// The directory is adapters/out/http; the package is named payment so that
+// it does not shadow net/http.
+package payment
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/tracectx"
+)
+
+// MaxReplyBytes is how much of a reply body is read; a charge reply is a few
+// dozen bytes, and a success reply that does not fit is treated as unreadable.
+const MaxReplyBytes = 64 << 10
+
+// Header names of the idempotency protocol (CONTRACT.md §6).
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderReplayed       = "Idempotent-Replayed"
+)
+
+// op is the Op of every error Charge returns.
+const op = "payment gateway charge"
+
+var _ order.PaymentGateway = (*Client)(nil)
+
+// Client charges orders at the payment gateway. It is safe for concurrent
+// use; create one per gateway and share it.
+type Client struct {
+	endpoint string // POST target, userinfo included (net/http sends it as basic auth)
+	redacted string // endpoint without userinfo, the only form that appears in errors and logs
+	timeout  time.Duration
+	hc       *http.Client
+	requests *prometheus.CounterVec
+	duration prometheus.Histogram
+	log      *slog.Logger
+	breaker  *gobreaker.CircuitBreaker[order.ChargeResult]
+	coolDown time.Duration
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	hc       *http.Client
+	requests *prometheus.CounterVec
+	duration prometheus.Histogram
+	log      *slog.Logger
+	breaker  BreakerSettings
+}
+
+// WithHTTPClient makes the Client send through hc instead of a client of its
+// own. The Client uses a copy of hc that does not follow redirects: a
+// redirected POST may become a GET, and a charge must never be re-sent
+// anywhere but the configured endpoint.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(o *options) { o.hc = hc }
+}
+
+// WithMetrics makes the Client count every request in requests, by status
+// code ("error" when no reply arrived), and observe its latency in duration.
+// Either may be nil.
+func WithMetrics(requests *prometheus.CounterVec, duration prometheus.Histogram) Option {
+	return func(o *options) { o.requests, o.duration = requests, duration }
+}
+
+// WithLogger sets the logger (default: discard). The Client logs breaker
+// state changes and, at debug level, each request; it does not log the
+// errors it returns, which its caller handles.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.log = l }
+}
+
+// WithBreaker sets the circuit breaker's thresholds; zero fields keep their
+// defaults.
+func WithBreaker(s BreakerSettings) Option {
+	return func(o *options) { o.breaker = s }
+}
+
+// NewClient returns a Client that posts charges to baseURL + "/charges",
+// each bounded by timeout. baseURL must be an absolute http or https URL;
+// userinfo in it is sent as basic authentication and never printed.
+func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, error) {
+	if timeout <= 0 {
+		return nil, fmt.Errorf("payment client: timeout %v, want > 0", timeout)
+	}
+	endpoint, redacted, err := chargesURL(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("payment client: base URL: %w", err)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c := &Client{
+		endpoint: endpoint,
+		redacted: redacted,
+		timeout:  timeout,
+		requests: o.requests,
+		duration: o.duration,
+		log:      o.log,
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if o.hc != nil {
+		hc := *o.hc // a shallow copy; the Transport is shared, as it should be
+		c.hc = &hc
+	} else {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// One connection per event in flight (BILLING_MAX_IN_FLIGHT, 64 by
+		// default) rather than net/http's 2 idle ones, which would open and
+		// close a connection for most charges under load.
+		tr.MaxIdleConnsPerHost = 128
+		c.hc = &http.Client{Transport: tr}
+	}
+	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.breaker, c.coolDown = newBreaker(o.breaker, c.log)
+	return c, nil
+}
+
+// chargesURL returns the charge endpoint under base, and the same without
+// userinfo. Its errors never repeat base, which may hold a password.
+func chargesURL(base string) (endpoint, redacted string, err error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the whole URL
+		}
+		return "", "", fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", "", fmt.Errorf("scheme %q, want http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return "", "", errors.New("no host")
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", "", errors.New("has a query or fragment, want a plain base URL")
+	}
+	u = u.JoinPath("charges")
+	endpoint = u.String()
+	u.User = nil
+	return endpoint, u.String(), nil
+}
+
+// Healthy reports whether the breaker lets calls through (it is closed, or
+// half-open and probing). False means the gateway is treated as down.
+func (c *Client) Healthy() bool { return c.breaker.State() != gobreaker.StateOpen }
+
+// CloseIdleConnections closes the idle connections of the Client's transport.
+func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// chargeBody is the JSON body of a charge request (CONTRACT.md §6).
+type chargeBody struct {
+	OrderID    string `json:"order_id"`
+	CustomerID string `json:"customer_id"`
+	Amount     int64  `json:"amount"`
+	Currency   string `json:"currency"`
+}
+
+// chargeReply is the part of a reply body the Client reads.
+type chargeReply struct {
+	ChargeID string `json:"charge_id"`
+	Status   string `json:"status"`
+	Error    string `json:"error"`
+	Message  string `json:"message"`
+}
+
+// Charge posts req to the gateway under req.IdempotencyKey and maps the
+// reply per CONTRACT.md §6:
+//
+//   - 200/201 with status "succeeded": ChargeSucceeded (Replayed when the
+//     gateway says Idempotent-Replayed: true). A 2xx without that proof (any
+//     other status, an unreadable or oversized body, 202, 204…) is neither a
+//     charge nor a decline: a *order.TransientError, so that the same key is
+//     tried again and the gateway replays its real answer. If it never does,
+//     the event ends in the DLQ after the last retry tier, for a person.
+//   - 402: ChargeDeclined, no error.
+//   - 409 with Retry-After or {"error":"in_progress"}: *order.TransientError
+//     (the key is still being processed); any other 409: ChargeSucceeded,
+//     with the charge_id of the body if it has one (the key was processed).
+//   - 422 and every other 4xx: *order.PermanentError.
+//   - 429, 5xx, and any other status (a 3xx: redirects are not followed):
+//     *order.TransientError, RetryAfter from the Retry-After header.
+//   - No reply (timeout, connection refused or reset, EOF, DNS, TLS): a
+//     *order.TransientError, since a missing reply says nothing about
+//     whether the gateway charged; the same key makes the retry safe.
+//   - ctx canceled by the caller: an error wrapping context.Canceled (the
+//     service is shutting down; the event is neither failed nor final).
+//   - The breaker open: *order.OutageError{Dependency: "gateway"} without
+//     calling the gateway.
+func (c *Client) Charge(ctx context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
+	res, err := c.breaker.Execute(func() (order.ChargeResult, error) {
+		res, v, err := c.post(ctx, req)
+		if err != nil {
+			return res, &judged{err: err, v: v}
+		}
+		return res, nil
+	})
+	if j, ok := errors.AsType[*judged](err); ok {
+		return res, j.err
+	}
+	switch {
+	case errors.Is(err, gobreaker.ErrOpenState):
+		return order.ChargeResult{}, &order.OutageError{Dependency: "gateway",
+			Err: fmt.Errorf("%w (circuit breaker open; next probe within %v)", ErrCircuitOpen, c.coolDown)}
+	case errors.Is(err, gobreaker.ErrTooManyRequests):
+		return order.ChargeResult{}, &order.OutageError{Dependency: "gateway",
+			Err: fmt.Errorf("%w (circuit breaker half-open; a probe call is in flight)", ErrCircuitOpen)}
+	}
+	return res, err
+}
+
+// ErrCircuitOpen is wrapped by the OutageError that Charge returns while the
+// breaker keeps calls away from a gateway that failed nearly every call.
+var ErrCircuitOpen = errors.New("gateway failing nearly every call")
+
+// post makes one request and judges it for the breaker.
+func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.ChargeResult, verdict, error) {
+	payload, err := json.Marshal(chargeBody{
+		OrderID:    req.OrderID,
+		CustomerID: req.CustomerID,
+		Amount:     req.Amount.Amount,
+		Currency:   req.Amount.Currency,
+	})
+	if err != nil { // cannot happen for these field types
+		return order.ChargeResult{}, verdictExcluded, &order.PermanentError{Op: op, Err: fmt.Errorf("encode body: %w", err)}
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel() // after the body is read: the deadline covers it too
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, c.endpoint, bytes.NewReader(payload))
+	if err != nil { // the endpoint was checked by NewClient
+		return order.ChargeResult{}, verdictExcluded, &order.PermanentError{Op: op, Err: fmt.Errorf("build request: %w", redact(err))}
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/json")
+	hreq.Header.Set(HeaderIdempotencyKey, req.IdempotencyKey.String())
+	if tp, ok := tracectx.FromContext(ctx); ok {
+		hreq.Header.Set(tracectx.Header, tracectx.Child(tp).String())
+	}
+
+	// net/http may itself send this request once more, on a fresh
+	// connection, when a reused keep-alive connection turns out to be closed
+	// by the server: it treats a request with an Idempotency-Key as
+	// replayable. That is safe for the same reason every retry is: same key.
+	start := time.Now()
+	resp, err := c.hc.Do(hreq)
+	var raw []byte
+	if err == nil {
+		raw, err = io.ReadAll(io.LimitReader(resp.Body, MaxReplyBytes+1))
+		_ = resp.Body.Close()
+	}
+	elapsed := time.Since(start)
+	if c.duration != nil {
+		c.duration.Observe(elapsed.Seconds())
+	}
+	code := "error"
+	if resp != nil {
+		code = strconv.Itoa(resp.StatusCode)
+	}
+	if c.requests != nil {
+		c.requests.WithLabelValues(code).Inc()
+	}
+	c.log.DebugContext(ctx, "payment gateway request", slog.String("key", req.IdempotencyKey.String()),
+		slog.String("order_id", req.OrderID), slog.String("code", code), slog.Duration("duration", elapsed))
+
+	if err != nil {
+		return c.noReply(ctx, rctx, resp, err)
+	}
+	return c.reply(resp, raw)
+}
+
+// noReply maps a request that got no (complete) reply.
+func (c *Client) noReply(ctx, rctx context.Context, resp *http.Response, err error) (order.ChargeResult, verdict, error) {
+	what := "no reply"
+	if resp != nil {
+		what = fmt.Sprintf("reply %d cut short", resp.StatusCode)
+	}
+	err = redact(err)
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller's own cancellation (shutdown), whatever the transport
+		// made of it: not the gateway's failure, and not a transient one.
+		return order.ChargeResult{}, verdictExcluded, fmt.Errorf("%s: POST %s: %s: canceled: %w", op, c.redacted, what, ctx.Err())
+	case ctx.Err() != nil:
+		// The caller's deadline: retry later, but it says nothing of the gateway.
+		return order.ChargeResult{}, verdictExcluded, &order.TransientError{Op: op,
+			Err: fmt.Errorf("POST %s: %s within the caller's deadline: %w", c.redacted, what, err)}
+	case errors.Is(rctx.Err(), context.DeadlineExceeded):
+		return order.ChargeResult{}, verdictUnhealthy, &order.TransientError{Op: op,
+			Err: fmt.Errorf("POST %s: %s within %v: %w", c.redacted, what, c.timeout, err)}
+	}
+	return order.ChargeResult{}, verdictUnhealthy, &order.TransientError{Op: op,
+		Err: fmt.Errorf("POST %s: %s: %w", c.redacted, what, err)}
+}
+
+// reply maps a complete reply.
+func (c *Client) reply(resp *http.Response, raw []byte) (order.ChargeResult, verdict, error) {
+	status := resp.StatusCode
+	replayed := strings.EqualFold(resp.Header.Get(HeaderReplayed), "true")
+	var body chargeReply
+	bodyErr := error(nil)
+	if len(raw) > MaxReplyBytes {
+		bodyErr = fmt.Errorf("reply body over %d bytes", MaxReplyBytes)
+	} else if err := json.Unmarshal(raw, &body); err != nil {
+		bodyErr = fmt.Errorf("reply body is not a JSON charge object: %w", err)
+	}
+
+	switch {
+	case status == http.StatusOK || status == http.StatusCreated:
+		if bodyErr != nil {
+			return order.ChargeResult{}, verdictHealthy, c.transient(resp, "%d with %v", status, bodyErr)
+		}
+		if body.Status != "succeeded" {
+			return order.ChargeResult{}, verdictHealthy, c.transient(resp, "%d with charge status %q, want \"succeeded\"", status, oneLine(body.Status))
+		}
+		// "succeeded" is the proof; a missing charge_id does not undo it
+		// (the invoice's charge_id may be empty, as after a plain 409).
+		return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: body.ChargeID, Replayed: replayed}, verdictHealthy, nil
+
+	case status == http.StatusPaymentRequired:
+		return order.ChargeResult{Status: order.ChargeDeclined, Replayed: replayed}, verdictHealthy, nil
+
+	case status == http.StatusConflict:
+		if resp.Header.Get("Retry-After") != "" || body.Error == "in_progress" {
+			return order.ChargeResult{}, verdictHealthy, c.transient(resp, "409: a request with this key is still in progress")
+		}
+		// The provider already processed this key. Which charge it made is
+		// not said unless the body names it.
+		return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: body.ChargeID, Replayed: true}, verdictHealthy, nil
+
+	case status == http.StatusTooManyRequests || status >= 500:
+		return order.ChargeResult{}, verdictUnhealthy, c.transient(resp, "%d %s%s", status, http.StatusText(status), detail(body))
+
+	case status >= 400:
+		return order.ChargeResult{}, verdictHealthy, &order.PermanentError{Op: op,
+			Err: fmt.Errorf("POST %s: %d %s%s", c.redacted, status, http.StatusText(status), detail(body))}
+
+	case status >= 200 && status < 300: // 202, 204…: not the contract's proof of a charge
+		return order.ChargeResult{}, verdictHealthy, c.transient(resp, "%d %s, want 200 or 201", status, http.StatusText(status))
+	}
+	// 1xx (net/http handles the real ones) and 3xx: a gateway (or a proxy
+	// in front of it) that does not speak the contract says nothing about
+	// this event; counted against the gateway so that a misconfigured base
+	// URL becomes an outage rather than a stream of dead letters.
+	return order.ChargeResult{}, verdictUnhealthy, c.transient(resp, "unexpected %d %s", status, http.StatusText(status))
+}
+
+// transient returns a *order.TransientError for a reply, with the reply's
+// Retry-After as the hint.
+func (c *Client) transient(resp *http.Response, format string, args ...any) error {
+	return &order.TransientError{
+		Op:         op,
+		Err:        fmt.Errorf("POST %s: %s", c.redacted, fmt.Sprintf(format, args...)),
+		RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+}
+
+// retryAfter parses a Retry-After value, delay-seconds or an HTTP-date
+// (RFC 9110 §10.2.3); zero when absent, invalid or in the past.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// maxDetail bounds the gateway's own words repeated in an error.
+const maxDetail = 200
+
+// detail returns the gateway's error code and message for an error text,
+// one line and bounded, or "".
+func detail(b chargeReply) string {
+	s := b.Error
+	if b.Message != "" {
+		if s != "" {
+			s += ": "
+		}
+		s += b.Message
+	}
+	if s == "" {
+		return ""
+	}
+	return " (" + oneLine(s) + ")"
+}
+
+// oneLine makes text from the gateway safe for a one-line error: control
+// characters become spaces and it is cut to maxDetail bytes.
+func oneLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxDetail {
+		cut := maxDetail
+		for cut > 0 && !isRuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+func isRuneStart(b byte) bool { return b&0xc0 != 0x80 }
+
+// redact replaces a *url.Error, whose text repeats the request URL (userinfo
+// included, with only the password masked), by its cause; the caller adds
+// the redacted URL. The cause keeps its type for errors.Is and errors.As.
+func redact(err error) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return ue.Err
+	}
+	return err
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/acme/billing/internal/config"
+)
+
+// Every bad variable stops every configured command with one line naming it.
+func TestBadConfigurationIsOneLine(t *testing.T) {
+	for _, cmd := range [][]string{{"run"}, {"migrate"}, {"dlq", "replay"}, {}} {
+		for _, tc := range []struct{ name, value string }{
+			{"BILLING_KAFKA_BROKERS", ""},
+			{"BILLING_DATABASE_URL", ""},
+			{"BILLING_RETRY_DELAYS", "1s,later"},
+			{"BILLING_MAX_IN_FLIGHT", "-1"},
+			{"BILLING_SHUTDOWN_TIMEOUT", "forever"},
+		} {
+			t.Run(strings.Join(cmd, "_")+"/"+tc.name, func(t *testing.T) {
+				setValidEnv(t)
+				t.Setenv(tc.name, tc.value)
+				var stdout, stderr bytes.Buffer
+				err := run(context.Background(), cmd, &stdout, &stderr)
+				if err == nil {
+					t.Fatal("accepted a bad variable")
+				}
+				msg := err.Error()
+				if !strings.Contains(msg, tc.name) || strings.Contains(msg, "\n") || strings.Contains(msg, "hunter2") {
+					t.Errorf("error %q: want one line naming %s, without the password", msg, tc.name)
+				}
+			})
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"frobnicate"}, &stdout, &stderr); err == nil {
+		t.Fatal("unknown command accepted")
+	}
+	if !strings.Contains(stderr.String(), "usage: billing") {
+		t.Errorf("stderr = %q, want the usage line", stderr.String())
+	}
+	stderr.Reset()
+	setValidEnv(t)
+	if err := run(context.Background(), []string{"dlq", "replay", "--limit", "x"}, &stdout, &stderr); err == nil {
+		t.Error("--limit x accepted")
+	}
+	if !strings.Contains(stderr.String(), "invalid value") {
+		t.Errorf("stderr = %q, want the flag error", stderr.String())
+	}
+}
+
+// setValidEnv sets a complete, valid configuration (nothing listens there).
+func setValidEnv(t *testing.T) {
+	t.Helper()
+	for _, n := range config.Names() {
+		t.Setenv(n, "")
+	}
+	t.Setenv("BILLING_KAFKA_BROKERS", "127.0.0.1:9")
+	t.Setenv("BILLING_DATABASE_URL", "postgres://billing:hunter2@127.0.0.1:9/billing")
+	t.Setenv("BILLING_PAYMENT_BASE_URL", "http://127.0.0.1:9")
+	t.Setenv("BILLING_RETRY_DELAYS", "1s")
+	t.Setenv("BILLING_MAX_IN_FLIGHT", "4")
+	t.Setenv("BILLING_SHUTDOWN_TIMEOUT", "5s")
+	t.Setenv("BILLING_PAYMENT_TIMEOUT", "1s")
+	t.Setenv("BILLING_DEDUP_RETENTION", "24h")
+	t.Setenv("BILLING_DEFAULT_CURRENCY", "USD")
+	t.Setenv("BILLING_LOG_LEVEL", "info")
+	t.Setenv("BILLING_KAFKA_TOPIC", "t")
+	t.Setenv("BILLING_KAFKA_GROUP_ID", "g")
+	t.Setenv("BILLING_KAFKA_RETRY_TOPIC_PREFIX", "r")
+	t.Setenv("BILLING_KAFKA_DLQ_TOPIC", "d")
+	t.Setenv("BILLING_KAFKA_CLIENT_ID", "c")
+	t.Setenv("BILLING_HTTP_ADDR", ":0")
+	t.Setenv("BILLING_KAFKA_TLS_ENABLED", "false")
+	t.Setenv("BILLING_MIGRATE_ON_START", "false")
+	t.Setenv("BILLING_DB_MAX_CONNS", "0")
+}

@@ -1,0 +1,284 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/gatewaystub"
+	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const testTopic = "orders.order-confirmed.v1"
+
+// harness is one in-process billing against the in-process broker, a real
+// Postgres database of its own and the gateway stub.
+type harness struct {
+	t       *testing.T
+	app     *App
+	store   *postgres.Store
+	gw      *gatewaystub.Stub
+	brokers []string
+	cfg     config.Config
+	stop    context.CancelFunc
+	done    chan error
+}
+
+func newHarness(t *testing.T, gw *gatewaystub.Stub, mutate func(*config.Config)) *harness {
+	t.Helper()
+	kc := kafkatest.NewFake(t)
+	kafkatest.CreateTopics(t, kc.Brokers(), 3, testTopic)
+	pool, dsn := pgtest.NewDB(t)
+	if gw == nil {
+		gw = gatewaystub.New(gatewaystub.Options{})
+	}
+	url, err := gw.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	cfg := config.Config{
+		KafkaBrokers: kc.Brokers(), KafkaTopic: testTopic, KafkaGroupID: "billing-test",
+		KafkaRetryTopicPrefix: "billing.retry", KafkaDLQTopic: "billing.dlq", KafkaClientID: "test",
+		RetryDelays:    []config.Duration{config.Duration(100 * time.Millisecond), config.Duration(200 * time.Millisecond)},
+		DatabaseURL:    config.Secret(dsn),
+		PaymentBaseURL: url, PaymentTimeout: 2 * time.Second, DefaultCurrency: "USD",
+		MaxInFlight: 8, DedupRetention: 168 * time.Hour, HTTPAddr: "127.0.0.1:0", LogLevel: "debug",
+		ShutdownTimeout: 5 * time.Second,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewJSONHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	a, err := New(ctx, cfg, Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond}, log)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	h := &harness{t: t, app: a, store: postgres.NewStore(pool), gw: gw, brokers: kc.Brokers(), cfg: cfg, stop: stop, done: make(chan error, 1)}
+	go func() { h.done <- a.Run(ctx) }()
+	t.Cleanup(h.shutdown)
+	return h
+}
+
+func (h *harness) shutdown() {
+	h.stop()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("Run: %v", err)
+		}
+		h.done <- nil // later calls return at once
+	case <-time.After(20 * time.Second):
+		h.t.Error("Run did not return within 20s of cancel")
+	}
+}
+
+func (h *harness) send(msgs ...kafkago.Message) {
+	h.t.Helper()
+	w := kafkatest.NewWriter(h.t, h.brokers, testTopic)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) outcome(o string) int {
+	return int(testutil.ToFloat64(h.app.Metrics.Events.WithLabelValues(o)))
+}
+
+func (h *harness) waitInvoice(orderID string, status order.InvoiceStatus) order.Invoice {
+	h.t.Helper()
+	var got order.Invoice
+	waitFor(h.t, "invoice "+orderID+" "+string(status), 20*time.Second, func() bool {
+		invs, err := h.store.Invoices(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, inv := range invs {
+			if inv.OrderID == orderID && inv.Status == status {
+				got = inv
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+}
+
+func event(t *testing.T, orderID, customer string, amount int64) (order.OrderConfirmedEvent, kafkago.Message) {
+	t.Helper()
+	evt, err := order.NewOrderConfirmedEvent(order.Order{ID: orderID, CustomerID: customer, TotalAmount: amount,
+		Currency: "EUR", ConfirmedAt: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := order.Encode(evt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evt, kafkago.Message{Key: []byte(orderID), Value: v}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func TestChargeDuplicateAndDecline(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, nil)
+	e1, m1 := event(t, "ord-1", "cus-1", 1299)
+	_, m2 := event(t, "ord-1", "cus-1", 1299) // second event_id, same order
+	_, m3 := event(t, "ord-2", "declined-7", 500)
+	h.send(m1, m1, m2, m3)
+
+	inv := h.waitInvoice("ord-1", order.StatusCharged)
+	h.waitInvoice("ord-2", order.StatusDeclined)
+	waitFor(t, "four outcomes", 10*time.Second, func() bool {
+		return h.outcome("charged")+h.outcome("duplicate")+h.outcome("duplicate_order")+h.outcome("declined") == 4
+	})
+	if inv.EventID != e1.EventID {
+		t.Errorf("invoice key = %s, want the first event %s", inv.EventID, e1.EventID)
+	}
+	for o, want := range map[string]int{"charged": 1, "duplicate": 1, "duplicate_order": 1, "declined": 1} {
+		if got := h.outcome(o); got != want {
+			t.Errorf("billing_events_total{outcome=%q} = %d, want %d", o, got, want)
+		}
+	}
+	if n := len(h.gw.ChargesForOrder("ord-1")); n != 1 {
+		t.Errorf("ord-1 charged %d times, want 1", n)
+	}
+}
+
+// The gateway charges, then resets the connection before replying. The
+// event goes to a retry tier and is charged again with the same key: the
+// gateway replays the first charge. With a second event for the same order
+// right behind, that second event resumes the pending invoice under the
+// first event's key. Either way: one charge, under the first key.
+func TestResetAfterChargeBillsOnce(t *testing.T) {
+	t.Parallel()
+	for _, withSecond := range []bool{false, true} {
+		t.Run(fmt.Sprintf("second_event=%v", withSecond), func(t *testing.T) {
+			t.Parallel()
+			gw := gatewaystub.New(gatewaystub.Options{})
+			gw.SetFault(func(c gatewaystub.Call, n int) gatewaystub.Fault {
+				if n == 1 {
+					return gatewaystub.Fault{ResetAfterCharge: true}
+				}
+				return gatewaystub.Fault{}
+			})
+			h := newHarness(t, gw, nil)
+			e1, m1 := event(t, "ord-reset", "cus-1", 4200)
+			msgs := []kafkago.Message{m1}
+			if withSecond {
+				_, m2 := event(t, "ord-reset", "cus-1", 4200)
+				msgs = append(msgs, m2)
+			}
+			h.send(msgs...)
+			inv := h.waitInvoice("ord-reset", order.StatusCharged)
+			waitFor(t, "every event final", 10*time.Second, func() bool {
+				return h.outcome("charged")+h.outcome("duplicate")+h.outcome("duplicate_order") == len(msgs)
+			})
+			charges := gw.ChargesForOrder("ord-reset")
+			if len(charges) != 1 {
+				t.Fatalf("%d charges, want 1: %+v", len(charges), charges)
+			}
+			if charges[0].Key != e1.EventID.String() || inv.EventID != e1.EventID {
+				t.Errorf("charged under %s, invoice key %s; want the first event's %s", charges[0].Key, inv.EventID, e1.EventID)
+			}
+			for _, c := range gw.Calls() {
+				if c.Key != e1.EventID.String() {
+					t.Errorf("gateway called with key %s, want only %s", c.Key, e1.EventID)
+				}
+			}
+			if len(gw.Calls()) < 2 {
+				t.Errorf("gateway saw %d calls, want the reset one and a retry", len(gw.Calls()))
+			}
+		})
+	}
+}
+
+func TestMalformedGoesToDLQWithRawBytes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, nil)
+	bad := []byte(`{"event_id":"not-a-uuid"}`)
+	_, good := event(t, "ord-after", "cus-1", 100)
+	h.send(kafkago.Message{Key: []byte("k-bad"), Value: bad, Headers: []kafkago.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}}, good)
+	h.waitInvoice("ord-after", order.StatusCharged)
+	got := kafkatest.ReadAll(t, h.brokers, h.cfg.KafkaDLQTopic, 1, 10*time.Second)
+	if string(got[0].Value) != string(bad) || string(got[0].Key) != "k-bad" {
+		t.Errorf("DLQ record = %q/%q, want the raw bytes", got[0].Key, got[0].Value)
+	}
+	hs := map[string]string{}
+	for _, hd := range got[0].Headers {
+		hs[hd.Key] = string(hd.Value)
+	}
+	if hs["x-error-class"] != "permanent" || hs["x-attempt"] != "0" || hs["x-original-topic"] != testTopic ||
+		hs["x-consumer-group"] != "billing-test" || !strings.Contains(hs["x-error"], "event_id") || hs["traceparent"] == "" {
+		t.Errorf("DLQ headers = %v", hs)
+	}
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, nil)
+	waitFor(t, "the HTTP server", 5*time.Second, func() bool { return h.app.HTTPAddr() != "" })
+	base := "http://" + h.app.HTTPAddr()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz = %d", code)
+	}
+	waitFor(t, "/readyz 200", 10*time.Second, func() bool { code, _ := get("/readyz"); return code == 200 })
+	_, body := get("/metrics")
+	for _, name := range []string{"billing_events_total", "billing_handle_duration_seconds", "billing_in_flight",
+		"billing_consumer_paused", "billing_dedup_partitions", "go_goroutines", "process_resident_memory_bytes"} {
+		if !strings.Contains(body, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}

@@ -1,0 +1,502 @@
+// Package gatewaystub is an in-process fake of the payment gateway of
+// CONTRACT.md §6: a real HTTP server on the loopback interface that charges,
+// declines and replays per Idempotency-Key the way Stripe and the IETF
+// Idempotency-Key draft do, records every call, and injects faults (5xx,
+// slow replies, a connection reset after the charge) on demand. Tests, the
+// end-to-end suite, benchmarks and `billing demo` point the service at it.
+package gatewaystub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Path is the one endpoint the stub serves.
+const Path = "/charges"
+
+// Header names of the idempotency protocol.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderReplayed       = "Idempotent-Replayed"
+	HeaderTraceParent    = "traceparent"
+)
+
+const (
+	maxBodyBytes = 1 << 20
+	maxKeyBytes  = 255
+)
+
+// Body is the JSON body of a charge request.
+type Body struct {
+	OrderID    string `json:"order_id"`
+	CustomerID string `json:"customer_id"`
+	Amount     int64  `json:"amount"`
+	Currency   string `json:"currency"`
+}
+
+// Options configures a Stub. The zero value is a fast, healthy gateway.
+type Options struct {
+	// Latency is how long the gateway takes to answer each request; a
+	// request that charges holds its key in flight that long.
+	Latency time.Duration
+	// DeclineIf decides whether a charge is declined (402). It runs while
+	// the request's key is in flight. Default: the customer id starts with
+	// "declined-".
+	DeclineIf func(Body) bool
+	// Logger receives one debug line per call. Default: discard.
+	Logger *slog.Logger
+}
+
+// Call is one request the stub answered (or hung up on).
+type Call struct {
+	Key         string // Idempotency-Key header
+	OrderID     string
+	CustomerID  string
+	Amount      int64
+	Currency    string
+	Status      int    // status code returned; 0 when the connection was reset instead
+	Replayed    bool   // answered from an earlier request with the same key
+	TraceParent string // traceparent header, "" when absent
+	Time        time.Time
+}
+
+// Charge is one successful charge: what a real gateway would have taken
+// from the customer.
+type Charge struct {
+	ID         string
+	Key        string
+	OrderID    string
+	CustomerID string
+	Amount     int64
+	Currency   string
+	Time       time.Time
+}
+
+// Fault is what to do to one request instead of answering it normally. The
+// zero Fault is no fault.
+type Fault struct {
+	// Status, when not 0, is returned without charging or remembering
+	// anything, as a load balancer or an overloaded front end would.
+	Status int
+	// ResetAfterCharge performs the request normally (charging if it is the
+	// first for its key), then resets the TCP connection (SO_LINGER 0)
+	// instead of answering: the client sees an error and no reply.
+	ResetAfterCharge bool
+	// Delay is added to this request's latency.
+	Delay time.Duration
+}
+
+// keyState is what the stub remembers of an Idempotency-Key whose request
+// began executing (validation failures and injected statuses are not
+// remembered, as at Stripe).
+type keyState struct {
+	body     Body
+	inFlight bool
+	status   int    // final status: http.StatusCreated or http.StatusPaymentRequired
+	chargeID string // when status is 201
+}
+
+// Stub is a fake payment gateway. It is an http.Handler, so it can also be
+// mounted on a server of the caller's; Start runs it on a loopback port of
+// its own. Safe for concurrent use.
+type Stub struct {
+	declineIf func(Body) bool
+	log       *slog.Logger
+	done      chan struct{} // closed by Close: ends every wait
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	latency  time.Duration
+	fault    func(Call, int) Fault
+	keys     map[string]*keyState
+	requests map[string]int // requests seen per key, for Fault
+	calls    []Call
+	charges  []Charge
+	srv      *http.Server
+	serveErr chan error
+}
+
+// New returns a Stub configured by opts; Start serves it.
+func New(opts Options) *Stub {
+	s := &Stub{
+		declineIf: opts.DeclineIf,
+		log:       opts.Logger,
+		done:      make(chan struct{}),
+		latency:   opts.Latency,
+		keys:      map[string]*keyState{},
+		requests:  map[string]int{},
+	}
+	if s.declineIf == nil {
+		s.declineIf = func(b Body) bool { return strings.HasPrefix(b.CustomerID, "declined-") }
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s
+}
+
+// Start serves the stub on 127.0.0.1 at a free port and returns its base
+// URL ("http://127.0.0.1:PORT"). Call it once.
+func (s *Stub) Start() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return "", errors.New("gateway stub: already started")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("gateway stub: listen: %w", err)
+	}
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.serveErr = make(chan error, 1)
+	go func() { s.serveErr <- s.srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), nil
+}
+
+// closeTimeout bounds how long Close waits for handlers to return; only a
+// DeclineIf or fault function that blocks can make them that slow.
+const closeTimeout = 5 * time.Second
+
+// Close stops the server: it ends any latency being waited out, waits for
+// the handlers to return (at most closeTimeout) and closes every connection.
+// Safe to call more than once, and without Start.
+func (s *Stub) Close() {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.mu.Lock()
+		srv, serveErr := s.srv, s.serveErr
+		s.mu.Unlock()
+		if srv == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			s.log.Warn("gateway stub: handlers still running at close", slog.Any("error", err))
+			_ = srv.Close()
+		}
+		<-serveErr // http.ErrServerClosed
+	})
+}
+
+// SetLatency changes Options.Latency for the requests that arrive from now on.
+func (s *Stub) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
+}
+
+// SetFault installs f, called for every valid request (a 400 is answered
+// before it) with the call (Status not yet known) and n, the 1-based number
+// of valid requests seen so far with that Idempotency-Key, this one included. nil removes the fault injection. f runs outside the
+// stub's lock, so it may block or call the stub.
+func (s *Stub) SetFault(f func(c Call, n int) Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fault = f
+}
+
+// Calls returns every call answered so far, in the order they finished.
+func (s *Stub) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+// Charges returns the distinct successful charges, one per key that charged,
+// in the order they were made.
+func (s *Stub) Charges() []Charge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Charge(nil), s.charges...)
+}
+
+// ChargesForOrder returns the successful charges for one order id; more
+// than one means the order was charged twice.
+func (s *Stub) ChargesForOrder(orderID string) []Charge {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Charge
+	for _, c := range s.charges {
+		if c.OrderID == orderID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// reply is an answer the handler is about to write.
+type reply struct {
+	status   int
+	body     any
+	replayed bool
+	header   map[string]string
+}
+
+type errorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message,omitempty"`
+}
+
+type chargeBody struct {
+	ChargeID string `json:"charge_id,omitempty"`
+	Status   string `json:"status"`
+}
+
+// ServeHTTP implements POST /charges.
+func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != Path {
+		writeJSON(w, reply{status: http.StatusNotFound, body: errorBody{Error: "not_found"}})
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, reply{status: http.StatusMethodNotAllowed, body: errorBody{Error: "method_not_allowed"}})
+		return
+	}
+
+	call := Call{
+		Key:         r.Header.Get(HeaderIdempotencyKey),
+		TraceParent: r.Header.Get(HeaderTraceParent),
+		Time:        time.Now(),
+	}
+	body, msg := readBody(w, r)
+	call.OrderID, call.CustomerID, call.Amount, call.Currency = body.OrderID, body.CustomerID, body.Amount, body.Currency
+	if msg == "" {
+		msg = validate(call.Key, body)
+	}
+	if msg != "" {
+		rep := reply{status: http.StatusBadRequest, body: errorBody{Error: "invalid_request", Message: msg}}
+		if msg == tooLarge {
+			rep.status = http.StatusRequestEntityTooLarge
+		}
+		s.finish(w, call, rep)
+		return
+	}
+
+	s.mu.Lock()
+	s.requests[call.Key]++
+	n, faultFn, latency := s.requests[call.Key], s.fault, s.latency
+	s.mu.Unlock()
+	var fault Fault
+	if faultFn != nil {
+		fault = faultFn(call, n)
+	}
+	wait := latency + fault.Delay
+
+	if fault.Status != 0 {
+		if !s.wait(r.Context(), wait) {
+			return
+		}
+		s.finish(w, call, reply{status: fault.Status, body: errorBody{Error: "injected_fault", Message: http.StatusText(fault.Status)}})
+		return
+	}
+
+	rep := s.execute(r.Context(), call.Key, body, wait)
+	if rep.status == 0 { // closed or client gone while waiting
+		return
+	}
+	if fault.ResetAfterCharge {
+		s.reset(w, call, rep)
+		return
+	}
+	s.finish(w, call, rep)
+}
+
+// execute applies the idempotency rules and, for the first request of a
+// key, charges or declines. It returns a reply with status 0 when the stub
+// closed (or, for a request that does not charge, the client left) first.
+func (s *Stub) execute(ctx context.Context, key string, body Body, wait time.Duration) reply {
+	s.mu.Lock()
+	st, seen := s.keys[key]
+	if !seen {
+		st = &keyState{body: body, inFlight: true}
+		s.keys[key] = st
+	}
+	s.mu.Unlock()
+
+	if seen {
+		if !s.wait(ctx, wait) {
+			return reply{}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case st.inFlight:
+			return reply{status: http.StatusConflict, body: errorBody{Error: "in_progress",
+				Message: "a request with this Idempotency-Key is still being processed"},
+				header: map[string]string{"Retry-After": "1"}}
+		case st.body != body:
+			return reply{status: http.StatusUnprocessableEntity, body: errorBody{Error: "idempotency_key_reused",
+				Message: "this Idempotency-Key was used with a different request body"}}
+		default:
+			return finalReply(st, true)
+		}
+	}
+
+	// The first request of the key: it runs to the end even if the client
+	// hangs up, as a real gateway's would, so that a timeout can leave a
+	// charge behind for the retry to find.
+	if !s.wait(context.WithoutCancel(ctx), wait) {
+		return reply{}
+	}
+	declined := s.declineIf(body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.inFlight = false
+	if declined {
+		st.status = http.StatusPaymentRequired
+	} else {
+		st.status = http.StatusCreated
+		st.chargeID = newChargeID()
+		s.charges = append(s.charges, Charge{ID: st.chargeID, Key: key, OrderID: body.OrderID,
+			CustomerID: body.CustomerID, Amount: body.Amount, Currency: body.Currency, Time: time.Now()})
+	}
+	return finalReply(st, false)
+}
+
+// finalReply is the answer for a key whose request finished; a replay of a
+// success is a 200, as at Stripe, where the first answer was a 201.
+func finalReply(st *keyState, replayed bool) reply {
+	if st.status == http.StatusPaymentRequired {
+		return reply{status: http.StatusPaymentRequired, replayed: replayed,
+			body: errorBody{Error: "card_declined", Message: "the customer's payment method was declined"}}
+	}
+	status := http.StatusCreated
+	if replayed {
+		status = http.StatusOK
+	}
+	return reply{status: status, replayed: replayed, body: chargeBody{ChargeID: st.chargeID, Status: "succeeded"}}
+}
+
+// wait waits d, or until ctx is done or the stub closes; it reports whether
+// the whole of d passed.
+func (s *Stub) wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		select {
+		case <-s.done:
+			return false
+		default:
+			return ctx.Err() == nil
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.done:
+		return false
+	}
+}
+
+// finish writes rep and records the call.
+func (s *Stub) finish(w http.ResponseWriter, call Call, rep reply) {
+	call.Status, call.Replayed = rep.status, rep.replayed
+	s.record(call)
+	writeJSON(w, rep)
+}
+
+// reset records the call, then drops the connection with a TCP RST and no
+// reply (SO_LINGER 0 makes Close send RST instead of FIN).
+func (s *Stub) reset(w http.ResponseWriter, call Call, rep reply) {
+	call.Replayed = rep.replayed
+	s.record(call) // Status 0: nothing was returned
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler) // not a plain HTTP/1 connection: abort it as best we can
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func (s *Stub) record(call Call) {
+	s.mu.Lock()
+	s.calls = append(s.calls, call)
+	s.mu.Unlock()
+	s.log.Debug("gateway stub call", slog.String("key", call.Key), slog.String("order_id", call.OrderID),
+		slog.Int("status", call.Status), slog.Bool("replayed", call.Replayed))
+}
+
+func writeJSON(w http.ResponseWriter, rep reply) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	for k, v := range rep.header {
+		h.Set(k, v)
+	}
+	if rep.replayed {
+		h.Set(HeaderReplayed, "true")
+	}
+	w.WriteHeader(rep.status)
+	_ = json.NewEncoder(w).Encode(rep.body) // a write error means the client left
+}
+
+const tooLarge = "request body over 1 MiB"
+
+// readBody decodes the request body; the message says why it could not.
+func readBody(w http.ResponseWriter, r *http.Request) (Body, string) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return Body{}, tooLarge
+		}
+		return Body{}, "cannot read request body"
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		return Body{}, "Content-Type must be application/json"
+	}
+	var b Body
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return Body{}, "request body is not a JSON charge object"
+	}
+	return b, ""
+}
+
+// validate says what is wrong with a request, "" when nothing.
+func validate(key string, b Body) string {
+	switch {
+	case key == "":
+		return "missing Idempotency-Key header"
+	case len(key) > maxKeyBytes:
+		return "Idempotency-Key longer than 255 characters"
+	case strings.TrimSpace(b.OrderID) == "":
+		return "order_id is required"
+	case strings.TrimSpace(b.CustomerID) == "":
+		return "customer_id is required"
+	case b.Amount <= 0:
+		return "amount must be a positive integer"
+	case len(b.Currency) != 3:
+		return "currency must be a three-letter code"
+	}
+	return ""
+}
+
+func newChargeID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return "ch_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,155 @@
+// Package replay copies dead-lettered records back to the main topic: value,
+// key and original headers unchanged, the routing headers dropped, so the
+// record comes back with its original event_id and dedup (or the invoice
+// guard) makes a second replay harmless.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	kafkain "github.com/acme/billing/adapters/in/kafka"
+	"github.com/acme/billing/infra/kafka"
+)
+
+// Options filters what is replayed.
+type Options struct {
+	Since  time.Time // keep records whose x-failed-at is at or after Since (zero: all)
+	Limit  int       // stop after Limit records (0: no limit)
+	DryRun bool      // count, write nothing
+}
+
+// Run reads dlq from the start of every partition up to the high-water
+// marks seen when it starts (no stored position: records added meanwhile
+// wait for the next replay), and copies the selected records to topic. It
+// returns how many records were (or, dry, would be) replayed. Writes are
+// acknowledged by all in-sync replicas before Run returns.
+func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log *slog.Logger) (int, error) {
+	cl, done := kc.Client()
+	defer done()
+	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{dlq}})
+	if err != nil {
+		return 0, fmt.Errorf("dlq metadata: %w", err)
+	}
+	var reqs []kafkago.OffsetRequest
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return 0, fmt.Errorf("dlq topic %s: %w", dlq, t.Error)
+		}
+		for _, p := range t.Partitions {
+			reqs = append(reqs, kafkago.FirstOffsetOf(p.ID), kafkago.LastOffsetOf(p.ID))
+		}
+	}
+	lo, err := cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{dlq: reqs}})
+	if err != nil {
+		return 0, fmt.Errorf("dlq offsets: %w", err)
+	}
+	parts := lo.Topics[dlq]
+	slices.SortFunc(parts, func(a, b kafkago.PartitionOffsets) int { return a.Partition - b.Partition })
+
+	var w *kafkago.Writer
+	if !o.DryRun {
+		var closeW func() error
+		w, closeW = kc.NewWriter()
+		defer func() { _ = closeW() }()
+	}
+	n := 0
+	for _, p := range parts {
+		if p.Error != nil {
+			return n, fmt.Errorf("dlq partition %d: %w", p.Partition, p.Error)
+		}
+		if p.LastOffset <= p.FirstOffset {
+			continue
+		}
+		got, err := replayPartition(ctx, kc, w, dlq, topic, p, o, n)
+		n += got
+		if err != nil {
+			return n, err
+		}
+		if o.Limit > 0 && n >= o.Limit {
+			break
+		}
+	}
+	log.Info("dlq replay finished", slog.Int("records", n), slog.Bool("dry_run", o.DryRun))
+	return n, nil
+}
+
+// replayPartition copies the selected records of one partition in offset
+// order, in batches, and returns how many it selected.
+func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafkago.Writer, dlq, topic string,
+	p kafkago.PartitionOffsets, o Options, already int) (int, error) {
+	r := kafkago.NewReader(kafkago.ReaderConfig{
+		Brokers:   kc.Brokers(),
+		Topic:     dlq,
+		Partition: p.Partition,
+		Dialer:    kc.Dialer(),
+		MaxBytes:  16 << 20,
+		MaxWait:   200 * time.Millisecond,
+	})
+	defer r.Close()
+	if err := r.SetOffset(p.FirstOffset); err != nil {
+		return 0, fmt.Errorf("dlq partition %d: %w", p.Partition, err)
+	}
+	n := 0
+	var batch []kafkago.Message
+	flush := func() error {
+		if len(batch) == 0 || w == nil {
+			batch = batch[:0]
+			return nil
+		}
+		if err := w.WriteMessages(ctx, batch...); err != nil {
+			return fmt.Errorf("write to %s: %w", topic, err)
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for {
+		msg, err := r.FetchMessage(ctx)
+		if err != nil {
+			return n, errors.Join(fmt.Errorf("read dlq partition %d: %w", p.Partition, err), flush())
+		}
+		if keep(msg, o.Since) {
+			batch = append(batch, Original(msg, topic))
+			n++
+			if len(batch) == 100 {
+				if err := flush(); err != nil {
+					return n, err
+				}
+			}
+		}
+		if msg.Offset >= p.LastOffset-1 || (o.Limit > 0 && already+n >= o.Limit) {
+			return n, flush()
+		}
+	}
+}
+
+// keep applies --since to a record's x-failed-at. A record without a
+// readable x-failed-at is kept only when no --since was given.
+func keep(msg kafkago.Message, since time.Time) bool {
+	if since.IsZero() {
+		return true
+	}
+	v, ok := kafkain.Header(msg, kafkain.HeaderFailedAt)
+	if !ok {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return err == nil && !t.Before(since)
+}
+
+// Original rebuilds the record as first published, addressed to topic.
+func Original(msg kafkago.Message, topic string) kafkago.Message {
+	var hs []kafkago.Header
+	for _, h := range msg.Headers {
+		if !slices.Contains(kafkain.RoutingHeaders, h.Key) {
+			hs = append(hs, h)
+		}
+	}
+	return kafkago.Message{Topic: topic, Key: msg.Key, Value: msg.Value, Headers: hs}
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# deps.sh - make sure this machine has what `make test` needs, installing it
+# from Debian's packages and Maven Central when it does not. Idempotent: on a
+# machine that has everything it only checks, in well under a second.
+#
+#   go              the toolchain (not installed here: CI machines come with it)
+#   postgres        a PostgreSQL server binary under /usr/lib/postgresql/*/bin;
+#                   the tests start throwaway clusters of their own, so the
+#                   package's system cluster is never started
+#   java, mvn       to fetch and run the real Kafka broker
+#   kafka jars      scripts/kafka.sh fetch
+#
+#   scripts/deps.sh                 everything
+#   scripts/deps.sh postgres java   only those (go, make, postgres, java, kafka)
+#
+# Installing needs root (CI runs as root). Prints one line per thing checked.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+checks=("$@")
+[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres java kafka)
+for c in "${checks[@]}"; do
+	case $c in
+	go | make | postgres | java | kafka) ;;
+	*)
+		echo "deps: unknown check $c (go, make, postgres, java, kafka)" >&2
+		exit 2
+		;;
+	esac
+done
+want() { [[ " ${checks[*]} " == *" $1 "* ]]; }
+
+apt_updated=
+apt_install() {
+	[[ $(id -u) == 0 ]] || {
+		echo "deps: missing $*; run as root or: sudo apt-get install -y $*" >&2
+		exit 1
+	}
+	if [[ -z $apt_updated ]]; then
+		apt-get update -qq
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+check_go() {
+	command -v go >/dev/null || {
+		echo "deps: go not found (install Go 1.26)" >&2
+		exit 1
+	}
+	echo "go: $(go version)"
+}
+
+check_make() {
+	command -v make >/dev/null || apt_install make
+	echo "make: $(command -v make)"
+}
+
+postgres_bin() { compgen -G '/usr/lib/postgresql/*/bin/postgres' | sort -V | tail -n 1; }
+
+check_postgres() {
+	local pg own_policy
+	pg=$(postgres_bin || true)
+	if [[ -n $pg ]]; then
+		echo "postgres: $pg ($("$pg" --version))"
+		return
+	fi
+	# policy-rc.d (exit 101) stops the package from starting its system cluster:
+	# tests run their own clusters, and a running one would only hold a port.
+	own_policy=
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		own_policy=1
+	fi
+	apt_install postgresql
+	if [[ -n $own_policy ]]; then rm -f /usr/sbin/policy-rc.d; fi
+	# In case a cluster was started all the same (a policy-rc.d that allows it).
+	if command -v pg_lsclusters >/dev/null; then
+		pg_lsclusters -h 2>/dev/null | awk '$4 ~ /^online/ {print $1, $2}' | while read -r ver name; do
+			pg_ctlcluster "$ver" "$name" stop || true
+		done
+	fi
+	pg=$(postgres_bin || true)
+	[[ -n $pg ]] || {
+		echo "deps: postgresql installed but no /usr/lib/postgresql/*/bin/postgres" >&2
+		exit 1
+	}
+	echo "postgres: $pg ($("$pg" --version)), installed"
+}
+
+check_java() {
+	if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then
+		apt_install default-jdk-headless maven
+	fi
+	echo "java: $(java -version 2>&1 | head -n 1)"
+	echo "mvn: $(mvn -v 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g')"
+}
+
+check_kafka() {
+	want java || check_java # the fetch needs mvn, the broker java
+	bash scripts/kafka.sh fetch
+}
+
+for c in go make postgres java kafka; do
+	if want "$c"; then "check_$c"; fi
+done
