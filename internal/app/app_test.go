@@ -282,3 +282,30 @@ func TestHTTPEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// A traceparent on the record reaches the gateway request (as a child span
+// of the same trace) and stays on the DLQ record.
+func TestTraceParentCarriedToGatewayAndDLQ(t *testing.T) {
+	t.Parallel()
+	gw := gatewaystub.New(gatewaystub.Options{})
+	gw.SetFault(func(c gatewaystub.Call, n int) gatewaystub.Fault { return gatewaystub.Fault{Status: 422} })
+	h := newHarness(t, gw, nil)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	_, m := event(t, "ord-traced", "cus-1", 700)
+	m.Headers = []kafkago.Header{{Key: "traceparent", Value: []byte("00-" + traceID + "-00f067aa0ba902b7-01")}}
+	h.send(m)
+	dlq := kafkatest.ReadAll(t, h.brokers, h.cfg.KafkaDLQTopic, 1, 10*time.Second)
+	var got string
+	for _, hd := range dlq[0].Headers {
+		if hd.Key == "traceparent" {
+			got = string(hd.Value)
+		}
+	}
+	if !strings.Contains(got, traceID) {
+		t.Errorf("DLQ traceparent = %q, want trace %s", got, traceID)
+	}
+	calls := gw.Calls()
+	if len(calls) != 1 || !strings.Contains(calls[0].TraceParent, traceID) || strings.Contains(calls[0].TraceParent, "00f067aa0ba902b7") {
+		t.Errorf("gateway calls %+v: want one request in trace %s with a child span", calls, traceID)
+	}
+}

@@ -153,6 +153,9 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 	start := c.now()
 	defer c.m.InFlight.Dec()
 	log := c.log.With(slog.String("topic", msg.Topic), slog.Int("partition", msg.Partition), slog.Int64("offset", msg.Offset))
+	if tp, ok := TraceParent(msg); ok {
+		log = log.With(slog.String("trace_id", tp.TraceIDString()))
+	}
 
 	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg) {
 		return

@@ -6,6 +6,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/tracectx"
 )
 
 // Biller is the part of order.BillingService the handler needs.
@@ -28,11 +29,24 @@ func NewOrderConfirmedHandler(b Biller, defaultCurrency string) *OrderConfirmedH
 	return &OrderConfirmedHandler{billing: b, defaultCurrency: defaultCurrency}
 }
 
-// Handle decodes msg and bills it.
+// Handle decodes msg and bills it, with the record's W3C traceparent (if
+// any) in ctx so that the gateway call carries it onward.
 func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+	if tp, ok := TraceParent(msg); ok {
+		ctx = tracectx.NewContext(ctx, tp)
+	}
 	evt, err := order.Decode(msg.Value, h.defaultCurrency)
 	if err != nil {
 		return "", err
 	}
 	return h.billing.Bill(ctx, evt)
+}
+
+// TraceParent returns the record's W3C trace context, when it has a valid one.
+func TraceParent(msg kafkago.Message) (tracectx.TraceParent, bool) {
+	v, ok := Header(msg, tracectx.Header)
+	if !ok {
+		return tracectx.TraceParent{}, false
+	}
+	return tracectx.Parse(v)
 }

@@ -100,10 +100,15 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	if err := r.write(ctx, out); err != nil {
 		return "", err
 	}
-	r.log.LogAttrs(ctx, slog.LevelWarn, "event routed",
+	attrs := []slog.Attr{
 		slog.String("to", out.Topic), slog.String("class", class.String()), slog.Int("attempt", attempt),
 		slog.String("topic", msg.Topic), slog.Int("partition", msg.Partition), slog.Int64("offset", msg.Offset),
-		slog.String("error", oneLine(cause.Error())))
+		slog.String("error", oneLine(cause.Error())),
+	}
+	if tp, ok := TraceParent(msg); ok {
+		attrs = append(attrs, slog.String("trace_id", tp.TraceIDString()))
+	}
+	r.log.LogAttrs(ctx, slog.LevelWarn, "event routed", attrs...)
 	return outcome, nil
 }
 
