@@ -59,45 +59,71 @@ func TestDispatcherKeyOrder(t *testing.T) {
 		})
 
 		ctx := context.Background()
-		fetched := 0
-		var live []started
-		ran := 0
-		for ran < n {
-			// Fetch while a slot is free (acquire would block otherwise).
-			if fetched < n && len(d.slots) < cap(d.slots) {
-				if !d.acquire(ctx) {
-					t.Fatal("acquire failed")
+		// A model of the dispatcher says how many events must start after
+		// each step, so the test waits for exactly those (no timing window)
+		// and rapid sees the same draws on every run.
+		queued := map[string]int{} // key → events dispatched and not finished
+		expectStart := func(n int) []started {
+			var got []started
+			for range n {
+				select {
+				case s := <-startedCh:
+					got = append(got, s)
+				case <-time.After(5 * time.Second):
+					t.Fatalf("stalled waiting for %d starts", n)
 				}
-				key := rapid.IntRange(0, nkeys-1).Draw(t, "key")
-				d.dispatch(kafkago.Message{Partition: 0, Offset: int64(fetched), Key: []byte(fmt.Sprint(key))})
-				fetched++
 			}
-			// Collect newly started events without blocking.
+			return got
+		}
+		fetched, finished := 0, 0
+		var live []started
+		defer func() {
+			// An iteration rapid abandons must not leave workers blocked.
+			for _, s := range live {
+				close(s.release)
+			}
+			idle := d.idle()
 			for {
 				select {
 				case s := <-startedCh:
-					live = append(live, s)
-					continue
-				case <-time.After(time.Millisecond):
+					close(s.release)
+				case <-idle:
+					return
 				}
-				break
 			}
-			if len(live) == 0 {
-				if fetched == n || len(d.slots) == cap(d.slots) {
-					// Something must start: wait for it.
-					select {
-					case s := <-startedCh:
-						live = append(live, s)
-					case <-time.After(5 * time.Second):
-						t.Fatalf("stalled: %d fetched, %d ran", fetched, ran)
-					}
+		}()
+		for finished < n {
+			if fetched < n && fetched-finished < maxInFlight && rapid.Bool().Draw(t, "fetch") {
+				if !d.acquire(ctx) {
+					t.Fatal("acquire failed")
+				}
+				key := fmt.Sprint(rapid.IntRange(0, nkeys-1).Draw(t, "key"))
+				d.dispatch(kafkago.Message{Partition: 0, Offset: int64(fetched), Key: []byte(key)})
+				fetched++
+				queued[key]++
+				if queued[key] == 1 {
+					live = append(live, expectStart(1)...)
 				}
 				continue
 			}
+			if len(live) == 0 {
+				continue
+			}
 			i := rapid.IntRange(0, len(live)-1).Draw(t, "finish")
-			close(live[i].release)
+			k := string(live[i].msg.Key)
+			rel := live[i].release
 			live = append(live[:i], live[i+1:]...)
-			ran++
+			close(rel)
+			finished++
+			queued[k]--
+			if queued[k] > 0 {
+				live = append(live, expectStart(1)...)
+			}
+		}
+		select {
+		case s := <-startedCh:
+			t.Fatalf("unexpected start of offset %d", s.msg.Offset)
+		default:
 		}
 		d.wait()
 		mu.Lock()
