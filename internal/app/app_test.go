@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
 
@@ -40,9 +41,15 @@ type harness struct {
 
 func newHarness(t *testing.T, gw *gatewaystub.Stub, mutate func(*config.Config)) *harness {
 	t.Helper()
+	pool, dsn := pgtest.NewDB(t)
+	return newHarnessOn(t, gw, pool, dsn, mutate)
+}
+
+// newHarnessOn is newHarness on a database the test provides.
+func newHarnessOn(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, dsn string, mutate func(*config.Config)) *harness {
+	t.Helper()
 	kc := kafkatest.NewFake(t)
 	kafkatest.CreateTopics(t, kc.Brokers(), 3, testTopic)
-	pool, dsn := pgtest.NewDB(t)
 	if gw == nil {
 		gw = gatewaystub.New(gatewaystub.Options{})
 	}
@@ -66,21 +73,29 @@ func newHarness(t *testing.T, gw *gatewaystub.Stub, mutate func(*config.Config))
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	h := &harness{t: t, store: postgres.NewStore(pool), gw: gw, brokers: kc.Brokers(), cfg: cfg}
+	h.start()
+	t.Cleanup(h.shutdown)
+	return h
+}
+
+// start runs a new App (a new process, as far as Kafka and Postgres can
+// tell) with the harness's configuration.
+func (h *harness) start() {
+	h.t.Helper()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if testing.Verbose() {
-		log = slog.New(slog.NewJSONHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		log = slog.New(slog.NewJSONHandler(testWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	a, err := New(ctx, cfg, Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+	a, err := New(ctx, h.cfg, Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
 		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond}, log)
 	if err != nil {
 		stop()
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-	h := &harness{t: t, app: a, store: postgres.NewStore(pool), gw: gw, brokers: kc.Brokers(), cfg: cfg, stop: stop, done: make(chan error, 1)}
+	h.app, h.stop, h.done = a, stop, make(chan error, 1)
 	go func() { h.done <- a.Run(ctx) }()
-	t.Cleanup(h.shutdown)
-	return h
 }
 
 func (h *harness) shutdown() {

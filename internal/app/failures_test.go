@@ -1,0 +1,233 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/gatewaystub"
+	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/replay"
+)
+
+func headers(m kafkago.Message) map[string]string {
+	hs := map[string]string{}
+	for _, h := range m.Headers {
+		hs[h.Key] = string(h.Value)
+	}
+	return hs
+}
+
+// A gateway answering 503 for a while: the event goes through the retry
+// tiers with a growing x-attempt and is billed once when the gateway heals.
+func TestGateway503ThenBilledOnce(t *testing.T) {
+	t.Parallel()
+	gw := gatewaystub.New(gatewaystub.Options{})
+	gw.SetFault(func(_ gatewaystub.Call, n int) gatewaystub.Fault {
+		if n <= 2 {
+			return gatewaystub.Fault{Status: 503}
+		}
+		return gatewaystub.Fault{}
+	})
+	h := newHarness(t, gw, nil)
+	e, m := event(t, "ord-503", "cus-1", 990)
+	h.send(m)
+	inv := h.waitInvoice("ord-503", order.StatusCharged)
+	if inv.EventID != e.EventID || len(gw.ChargesForOrder("ord-503")) != 1 {
+		t.Errorf("invoice key %s, %d charges; want %s and 1", inv.EventID, len(gw.ChargesForOrder("ord-503")), e.EventID)
+	}
+	waitFor(t, "outcomes", 10*time.Second, func() bool { return h.outcome("charged") == 1 })
+	if got := h.outcome("retried"); got != 2 {
+		t.Errorf("retried = %d, want 2 (tier 1 and tier 2)", got)
+	}
+	for tier, want := range map[string]string{"billing.retry.1": "1", "billing.retry.2": "2"} {
+		rec := kafkatest.ReadAll(t, h.brokers, tier, 1, 10*time.Second)[0]
+		hs := headers(rec)
+		if hs["x-attempt"] != want || hs["x-error-class"] != "transient" || hs["x-not-before"] == "" ||
+			hs["x-original-topic"] != testTopic || string(rec.Value) != string(m.Value) {
+			t.Errorf("%s record: headers %v", tier, hs)
+		}
+	}
+}
+
+// A gateway that always answers 503 sends the event to the DLQ after the
+// last tier. Once the gateway heals, replaying the DLQ bills the order once,
+// and replaying the same records again bills nothing more.
+func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
+	t.Parallel()
+	gw := gatewaystub.New(gatewaystub.Options{})
+	healed := make(chan struct{})
+	gw.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault {
+		select {
+		case <-healed:
+			return gatewaystub.Fault{}
+		default:
+			return gatewaystub.Fault{Status: 503}
+		}
+	})
+	h := newHarness(t, gw, nil)
+	e, m := event(t, "ord-down", "cus-1", 1234)
+	h.send(m)
+	dlq := kafkatest.ReadAll(t, h.brokers, h.cfg.KafkaDLQTopic, 1, 15*time.Second)
+	hs := headers(dlq[0])
+	if hs["x-attempt"] != "2" || hs["x-error-class"] != "transient" || hs["x-original-topic"] != testTopic {
+		t.Errorf("DLQ headers %v, want x-attempt 2 (both tiers tried), transient", hs)
+	}
+	waitFor(t, "dead_lettered", 10*time.Second, func() bool { return h.outcome("dead_lettered") == 1 })
+	close(healed)
+
+	kc, err := kafka.NewConn(KafkaSettings(h.cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	if n, err := replay.Run(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{Since: time.Now().Add(time.Hour)}, log); err != nil || n != 0 {
+		t.Errorf("replay --since in the future: %d, %v; want 0", n, err)
+	}
+	if n, err := replay.Run(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{DryRun: true}, log); err != nil || n != 1 {
+		t.Errorf("dry run: %d, %v; want 1", n, err)
+	}
+	for i := range 2 {
+		n, err := replay.Run(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{Since: time.Now().Add(-time.Hour), Limit: 5}, log)
+		if err != nil || n != 1 {
+			t.Fatalf("replay %d: %d, %v; want 1", i+1, n, err)
+		}
+	}
+	inv := h.waitInvoice("ord-down", order.StatusCharged)
+	waitFor(t, "both replays final", 10*time.Second, func() bool { return h.outcome("charged")+h.outcome("duplicate") == 2 })
+	if charges := gw.ChargesForOrder("ord-down"); len(charges) != 1 || inv.EventID != e.EventID {
+		t.Errorf("%d charges, invoice key %s; want 1 under %s", len(charges), inv.EventID, e.EventID)
+	}
+	// The replayed records are the originals: no routing headers, same bytes.
+	main := kafkatest.ReadAll(t, h.brokers, testTopic, 3, 10*time.Second)
+	for _, r := range main[1:] {
+		if string(r.Value) != string(m.Value) || len(headers(r)) != 0 {
+			t.Errorf("replayed record %q with headers %v, want the original", r.Value, headers(r))
+		}
+	}
+}
+
+// Postgres stopped for 20 s mid-stream: consumption pauses, /readyz fails,
+// nothing is routed to a retry tier or the DLQ, and once Postgres is back
+// every event is billed once.
+func TestPostgresOutageMidStream(t *testing.T) {
+	t.Parallel()
+	cl := pgtest.NewCluster(t)
+	ctx := context.Background()
+	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	gw := gatewaystub.New(gatewaystub.Options{Latency: 10 * time.Millisecond})
+	h := newHarnessOn(t, gw, pool, cl.DSN("postgres"), nil)
+	var msgs []kafkago.Message
+	for i := range 60 {
+		_, m := event(t, fmt.Sprintf("ord-%03d", i), "cus-1", int64(100+i))
+		msgs = append(msgs, m)
+	}
+	h.send(msgs[:20]...)
+	waitFor(t, "the first events billed", 15*time.Second, func() bool { return h.outcome("charged") >= 10 })
+
+	if err := cl.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.send(msgs[20:]...)
+	waitFor(t, "the pause", 15*time.Second, func() bool {
+		ready, _ := h.app.Ready()
+		return !ready && testutil.ToFloat64(h.app.Metrics.ConsumerPaused) == 1
+	})
+	outage := time.NewTimer(20 * time.Second) // the outage lasts 20 s, by design of the test
+	<-outage.C
+	if ready, why := h.app.Ready(); ready {
+		t.Error("ready during the outage")
+	} else {
+		t.Logf("during the outage /readyz says: %s", why)
+	}
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every event billed", 60*time.Second, func() bool { return h.outcome("charged") == 60 })
+	waitFor(t, "the pause to end", 10*time.Second, func() bool { ready, _ := h.app.Ready(); return ready })
+	for _, o := range []string{"retried", "dead_lettered"} {
+		if got := h.outcome(o); got != 0 {
+			t.Errorf("%s = %d during a Postgres outage, want 0", o, got)
+		}
+	}
+	perOrder := map[string]int{}
+	for _, c := range gw.Charges() {
+		perOrder[c.OrderID]++
+	}
+	for id, n := range perOrder {
+		if n != 1 {
+			t.Errorf("order %s charged %d times", id, n)
+		}
+	}
+	if len(perOrder) != 60 {
+		t.Errorf("%d orders charged, want 60", len(perOrder))
+	}
+	kafkatest.WaitCommitted(t, h.brokers, h.cfg.KafkaGroupID, testTopic, 15*time.Second)
+}
+
+// Shutdown under load: Run returns nil within the drain budget, commits what
+// finished, and a new process bills the rest, none twice.
+func TestShutdownMidStreamThenRestart(t *testing.T) {
+	t.Parallel()
+	gw := gatewaystub.New(gatewaystub.Options{Latency: 20 * time.Millisecond})
+	h := newHarness(t, gw, func(c *config.Config) { c.MaxInFlight = 4; c.ShutdownTimeout = 3 * time.Second })
+	var msgs []kafkago.Message
+	for i := range 200 {
+		_, m := event(t, fmt.Sprintf("ord-%03d", i), "cus-1", int64(100+i))
+		msgs = append(msgs, m)
+	}
+	h.send(msgs...)
+	waitFor(t, "work under way", 15*time.Second, func() bool { return h.outcome("charged") >= 30 })
+	start := time.Now()
+	h.shutdown()
+	if d := time.Since(start); d > h.cfg.ShutdownTimeout+2*time.Second {
+		t.Errorf("shutdown took %v, budget %v", d, h.cfg.ShutdownTimeout)
+	}
+	first := h.outcome("charged")
+	if first >= 200 {
+		t.Fatalf("all 200 billed before shutdown; the test needs work in flight")
+	}
+	t.Logf("billed %d before shutdown", first)
+	h.start()
+	kafkatest.WaitCommitted(t, h.brokers, h.cfg.KafkaGroupID, testTopic, 30*time.Second)
+	invs, err := h.store.Invoices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(invs) != 200 {
+		t.Errorf("%d invoices, want 200", len(invs))
+	}
+	for _, inv := range invs {
+		if inv.Status != order.StatusCharged {
+			t.Errorf("order %s is %s", inv.OrderID, inv.Status)
+		}
+	}
+	perOrder := map[string]int{}
+	for _, c := range gw.Charges() {
+		perOrder[c.OrderID]++
+	}
+	for id, n := range perOrder {
+		if n != 1 {
+			t.Errorf("order %s charged %d times", id, n)
+		}
+	}
+}
