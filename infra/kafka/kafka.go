@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -182,17 +183,37 @@ func (c *Conn) NewWriter() (*kafkago.Writer, func() error) {
 	}
 }
 
-// Ping asks the cluster for its metadata: nil when a broker answered.
+// Ping connects to the brokers in turn, with TLS and SASL, and returns nil
+// as soon as one accepts. It dials rather than sending a request through a
+// Transport so that a refused SASL login comes back as the broker's error
+// (kafka.SASLAuthenticationFailed), not as a dropped connection.
 func (c *Conn) Ping(ctx context.Context) error {
-	cl, done := c.Client()
-	defer done()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}}); err != nil {
-		return fmt.Errorf("kafka metadata: %w", err)
+	var errs []error
+	for _, b := range c.brokers {
+		conn, err := c.Dialer().DialContext(ctx, "tcp", b)
+		if err == nil {
+			return conn.Close()
+		}
+		errs = append(errs, fmt.Errorf("kafka %s: %w", b, err))
 	}
-	return nil
+	return oneLineErrors(errs)
 }
+
+// oneLineErrors is errors.Join on one line: errors end up in log lines and
+// in the one-line message of a failed start.
+type oneLineErrors []error
+
+func (e oneLineErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e oneLineErrors) Unwrap() []error { return e }
 
 // TopicSpec is a topic the service wants to exist.
 type TopicSpec struct {

@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +103,10 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		pool.Close()
 		return nil, err
 	}
+	if err := checkKafka(ctx, a.kc, cfg, log); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	a.gateway, err = payment.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
 		payment.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
 		payment.WithLogger(log))
@@ -141,6 +146,37 @@ func connectPostgres(ctx context.Context, cfg config.Config, log *slog.Logger) (
 		case <-time.After(time.Second):
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+	}
+}
+
+// checkKafka makes sure the brokers answer before consuming starts. Wrong
+// credentials or TLS trust stop the program at once with a line naming the
+// variables (never their values); an unreachable cluster is retried for
+// 30 s, as Postgres is.
+func checkKafka(ctx context.Context, kc *kafka.Conn, cfg config.Config, log *slog.Logger) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for attempt := 1; ; attempt++ {
+		err := kc.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		var certErr *tls.CertificateVerificationError
+		switch {
+		case errors.Is(err, kafkago.SASLAuthenticationFailed), errors.Is(err, kafkago.IllegalSASLState),
+			errors.Is(err, kafkago.UnsupportedSASLMechanism):
+			return fmt.Errorf("kafka: SASL authentication failed for user %q: check BILLING_KAFKA_SASL_USERNAME, BILLING_KAFKA_SASL_PASSWORD and BILLING_KAFKA_SASL_MECHANISM", cfg.KafkaSASLUsername)
+		case errors.As(err, &certErr):
+			return fmt.Errorf("kafka: TLS certificate not trusted (%v): check BILLING_KAFKA_TLS_CA_FILE", certErr.Err)
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("kafka unreachable at %s: %w", strings.Join(cfg.KafkaBrokers, ","), err)
+		}
+		log.Warn("kafka not reachable yet, retrying", slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
