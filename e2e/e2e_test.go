@@ -29,6 +29,7 @@ import (
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/poll"
 )
 
 var binary string
@@ -242,18 +243,6 @@ func (e *env) produce(msgs []kafkago.Message) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond) // poll interval, bounded by the deadline above
-	}
-}
-
 func (e *env) invoiceCount() int {
 	invs, err := e.store.Invoices(context.Background())
 	if err != nil {
@@ -383,7 +372,7 @@ func TestEndToEnd(t *testing.T) {
 	e.produce(w.records)
 
 	p := e.start("run")
-	waitFor(t, "the group to commit every partition to its end", 3*time.Minute, e.caughtUp)
+	poll.Until(t, "the group to commit every partition to its end", 3*time.Minute, e.caughtUp)
 	e.stop(p)
 	e.check(w)
 }
@@ -399,13 +388,13 @@ func TestEndToEndSurvivesSIGKILL(t *testing.T) {
 		p := e.start("run")
 		// Kill at a random moment while work is under way.
 		target := 200 + rng.IntN(600) + kill*700
-		waitFor(t, fmt.Sprintf("%d invoices before kill %d", target, kill+1), 2*time.Minute,
+		poll.Until(t, fmt.Sprintf("%d invoices before kill %d", target, kill+1), 2*time.Minute,
 			func() bool { return e.invoiceCount() >= target })
 		e.kill(p)
 		t.Logf("SIGKILL %d at %d invoices", kill+1, e.invoiceCount())
 	}
 	p := e.start("run")
-	waitFor(t, "the group to commit every partition to its end", 3*time.Minute, e.caughtUp)
+	poll.Until(t, "the group to commit every partition to its end", 3*time.Minute, e.caughtUp)
 	e.stop(p)
 	e.check(w)
 }

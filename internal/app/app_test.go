@@ -20,6 +20,7 @@ import (
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/poll"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -128,7 +129,7 @@ func (h *harness) outcome(o string) int {
 func (h *harness) waitInvoice(orderID string, status order.InvoiceStatus) order.Invoice {
 	h.t.Helper()
 	var got order.Invoice
-	waitFor(h.t, "invoice "+orderID+" "+string(status), 20*time.Second, func() bool {
+	poll.Until(h.t, "invoice "+orderID+" "+string(status), 20*time.Second, func() bool {
 		invs, err := h.store.Invoices(context.Background())
 		if err != nil {
 			return false
@@ -142,17 +143,6 @@ func (h *harness) waitInvoice(orderID string, status order.InvoiceStatus) order.
 		return false
 	})
 	return got
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval, bounded by the deadline
-	}
 }
 
 func event(t *testing.T, orderID, customer string, amount int64) (order.OrderConfirmedEvent, kafkago.Message) {
@@ -186,7 +176,7 @@ func TestChargeDuplicateAndDecline(t *testing.T) {
 
 	inv := h.waitInvoice("ord-1", order.StatusCharged)
 	h.waitInvoice("ord-2", order.StatusDeclined)
-	waitFor(t, "four outcomes", 10*time.Second, func() bool {
+	poll.Until(t, "four outcomes", 10*time.Second, func() bool {
 		return h.outcome("charged")+h.outcome("duplicate")+h.outcome("duplicate_order")+h.outcome("declined") == 4
 	})
 	if inv.EventID != e1.EventID {
@@ -228,7 +218,7 @@ func TestResetAfterChargeBillsOnce(t *testing.T) {
 			}
 			h.send(msgs...)
 			inv := h.waitInvoice("ord-reset", order.StatusCharged)
-			waitFor(t, "every event final", 10*time.Second, func() bool {
+			poll.Until(t, "every event final", 10*time.Second, func() bool {
 				return h.outcome("charged")+h.outcome("duplicate")+h.outcome("duplicate_order") == len(msgs)
 			})
 			charges := gw.ChargesForOrder("ord-reset")
@@ -274,7 +264,7 @@ func TestMalformedGoesToDLQWithRawBytes(t *testing.T) {
 func TestHTTPEndpoints(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil, nil)
-	waitFor(t, "the HTTP server", 5*time.Second, func() bool { return h.app.HTTPAddr() != "" })
+	poll.Until(t, "the HTTP server", 5*time.Second, func() bool { return h.app.HTTPAddr() != "" })
 	base := "http://" + h.app.HTTPAddr()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
@@ -288,7 +278,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	if code, _ := get("/healthz"); code != 200 {
 		t.Errorf("/healthz = %d", code)
 	}
-	waitFor(t, "/readyz 200", 10*time.Second, func() bool { code, _ := get("/readyz"); return code == 200 })
+	poll.Until(t, "/readyz 200", 10*time.Second, func() bool { code, _ := get("/readyz"); return code == 200 })
 	_, body := get("/metrics")
 	for _, name := range []string{"billing_events_total", "billing_handle_duration_seconds", "billing_in_flight",
 		"billing_consumer_paused", "billing_dedup_partitions", "go_goroutines", "process_resident_memory_bytes"} {

@@ -18,6 +18,7 @@ import (
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/poll"
 	"github.com/acme/billing/internal/replay"
 )
 
@@ -47,7 +48,7 @@ func TestGateway503ThenBilledOnce(t *testing.T) {
 	if inv.EventID != e.EventID || len(gw.ChargesForOrder("ord-503")) != 1 {
 		t.Errorf("invoice key %s, %d charges; want %s and 1", inv.EventID, len(gw.ChargesForOrder("ord-503")), e.EventID)
 	}
-	waitFor(t, "outcomes", 10*time.Second, func() bool { return h.outcome("charged") == 1 })
+	poll.Until(t, "outcomes", 10*time.Second, func() bool { return h.outcome("charged") == 1 })
 	if got := h.outcome("retried"); got != 2 {
 		t.Errorf("retried = %d, want 2 (tier 1 and tier 2)", got)
 	}
@@ -84,7 +85,7 @@ func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
 	if hs["x-attempt"] != "2" || hs["x-error-class"] != "transient" || hs["x-original-topic"] != testTopic {
 		t.Errorf("DLQ headers %v, want x-attempt 2 (both tiers tried), transient", hs)
 	}
-	waitFor(t, "dead_lettered", 10*time.Second, func() bool { return h.outcome("dead_lettered") == 1 })
+	poll.Until(t, "dead_lettered", 10*time.Second, func() bool { return h.outcome("dead_lettered") == 1 })
 	close(healed)
 
 	kc, err := kafka.NewConn(KafkaSettings(h.cfg))
@@ -106,7 +107,7 @@ func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
 		}
 	}
 	inv := h.waitInvoice("ord-down", order.StatusCharged)
-	waitFor(t, "both replays final", 10*time.Second, func() bool { return h.outcome("charged")+h.outcome("duplicate") == 2 })
+	poll.Until(t, "both replays final", 10*time.Second, func() bool { return h.outcome("charged")+h.outcome("duplicate") == 2 })
 	if charges := gw.ChargesForOrder("ord-down"); len(charges) != 1 || inv.EventID != e.EventID {
 		t.Errorf("%d charges, invoice key %s; want 1 under %s", len(charges), inv.EventID, e.EventID)
 	}
@@ -142,13 +143,13 @@ func TestPostgresOutageMidStream(t *testing.T) {
 		msgs = append(msgs, m)
 	}
 	h.send(msgs[:20]...)
-	waitFor(t, "the first events billed", 15*time.Second, func() bool { return h.outcome("charged") >= 10 })
+	poll.Until(t, "the first events billed", 15*time.Second, func() bool { return h.outcome("charged") >= 10 })
 
 	if err := cl.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	h.send(msgs[20:]...)
-	waitFor(t, "the pause", 15*time.Second, func() bool {
+	poll.Until(t, "the pause", 15*time.Second, func() bool {
 		ready, _ := h.app.Ready()
 		return !ready && testutil.ToFloat64(h.app.Metrics.ConsumerPaused) == 1
 	})
@@ -162,8 +163,8 @@ func TestPostgresOutageMidStream(t *testing.T) {
 	if err := cl.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every event billed", 60*time.Second, func() bool { return h.outcome("charged") == 60 })
-	waitFor(t, "the pause to end", 10*time.Second, func() bool { ready, _ := h.app.Ready(); return ready })
+	poll.Until(t, "every event billed", 60*time.Second, func() bool { return h.outcome("charged") == 60 })
+	poll.Until(t, "the pause to end", 10*time.Second, func() bool { ready, _ := h.app.Ready(); return ready })
 	for _, o := range []string{"retried", "dead_lettered"} {
 		if got := h.outcome(o); got != 0 {
 			t.Errorf("%s = %d during a Postgres outage, want 0", o, got)
@@ -196,7 +197,7 @@ func TestShutdownMidStreamThenRestart(t *testing.T) {
 		msgs = append(msgs, m)
 	}
 	h.send(msgs...)
-	waitFor(t, "work under way", 15*time.Second, func() bool { return h.outcome("charged") >= 30 })
+	poll.Until(t, "work under way", 15*time.Second, func() bool { return h.outcome("charged") >= 30 })
 	start := time.Now()
 	h.shutdown()
 	if d := time.Since(start); d > h.cfg.ShutdownTimeout+2*time.Second {

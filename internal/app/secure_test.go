@@ -16,6 +16,7 @@ import (
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/poll"
 )
 
 // The service consumes from a broker that requires TLS and SASL/SCRAM; a
@@ -85,7 +86,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 				t.Fatal(err)
 			}
 			store := postgres.NewStore(pool)
-			waitFor(t, "the invoice", 15*time.Second, func() bool {
+			poll.Until(t, "the invoice", 15*time.Second, func() bool {
 				invs, err := store.Invoices(ctx)
 				return err == nil && len(invs) == 1 && invs[0].Status == order.StatusCharged
 			})

@@ -17,6 +17,7 @@ import (
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/poll"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }
@@ -117,25 +118,6 @@ func (r *rig) send(t *testing.T, values ...string) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
-
-func committedTotal(t *testing.T, r *rig, group, topic string) int64 {
-	var n int64
-	for _, off := range kafkatest.CommittedOffsets(t, r.brokers, group, topic) {
-		n += off
-	}
-	return n
-}
-
 // A DLQ write that is never acknowledged must leave the offset uncommitted;
 // the record comes back to the next consumer and then reaches the DLQ.
 func TestFailedDLQWriteIsNotCommitted(t *testing.T) {
@@ -152,8 +134,8 @@ func TestFailedDLQWriteIsNotCommitted(t *testing.T) {
 	r.send(t, "ok-1", "bad", "ok-2")
 
 	stop := r.run(t, 0, r.topic, r.group, h, fw)
-	waitUntil(t, "the DLQ write to be refused a few times", func() bool { return fw.refused.Load() >= 3 })
-	waitUntil(t, "the good records to be handled", func() bool { return h.count("ok-1") == 1 && h.count("ok-2") == 1 })
+	poll.Until(t, "the DLQ write to be refused a few times", 15*time.Second, func() bool { return fw.refused.Load() >= 3 })
+	poll.Until(t, "the good records to be handled", 15*time.Second, func() bool { return h.count("ok-1") == 1 && h.count("ok-2") == 1 })
 	stop()
 
 	// "bad" shares no key with the others but sits in some partition: that
@@ -205,7 +187,7 @@ func TestTransientGoesThroughTiersToDLQ(t *testing.T) {
 	r.run(t, 0, r.topic, r.group, h, w)
 	r.run(t, 1, "retry.1", "g.retry.1", h, w)
 
-	waitUntil(t, "flaky billed on the tier", func() bool { return h.count("flaky") == 2 })
+	poll.Until(t, "flaky billed on the tier", 15*time.Second, func() bool { return h.count("flaky") == 2 })
 	dlq := kafkatest.ReadAll(t, r.brokers, "dlq", 1, 15*time.Second)
 	hs := map[string]string{}
 	for _, hd := range dlq[0].Headers {
@@ -249,8 +231,8 @@ func TestOutagePausesWithoutRouting(t *testing.T) {
 	fw := &failingWriter{w: kafkatest.NewWriter(t, r.brokers, "")}
 	r.send(t, "a", "b", "c")
 	r.run(t, 0, r.topic, r.group, h, fw)
-	waitUntil(t, "the pause", func() bool { return testutil.ToFloat64(r.m.ConsumerPaused) == 1 })
-	waitUntil(t, "a few retries in place", func() bool { return h.count("a")+h.count("b")+h.count("c") >= 6 })
+	poll.Until(t, "the pause", 15*time.Second, func() bool { return testutil.ToFloat64(r.m.ConsumerPaused) == 1 })
+	poll.Until(t, "a few retries in place", 15*time.Second, func() bool { return h.count("a")+h.count("b")+h.count("c") >= 6 })
 	down.Store(false)
 	kafkatest.WaitCommitted(t, r.brokers, r.group, r.topic, 15*time.Second)
 	if got := testutil.ToFloat64(r.m.ConsumerPaused); got != 0 {
