@@ -109,5 +109,6 @@ func translate(ctx context.Context, err error) error {
 // again: the server rolled it back to resolve a conflict with another one.
 func retryableInPlace(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+	return (errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")) ||
+		isDefaultPartitionRace(err) // the day's partition was attached meanwhile: a retry lands there
 }

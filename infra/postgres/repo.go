@@ -20,11 +20,20 @@ type DedupRepo struct{}
 // whether this is the first time: INSERT … ON CONFLICT DO NOTHING, and
 // RowsAffected()==1 means the row is new. A concurrent insert of the same
 // key waits for the other transaction and then reports false if it commits.
+//
+// An insert that waited to write into the DEFAULT partition while dedup
+// maintenance attached the day partition of its id fails (SQLSTATE 23514 on
+// processed_event_default); that is reported as an *order.TransientError:
+// run again, the row goes to the new partition.
 func (DedupRepo) TryInsert(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, group string) (bool, error) {
 	tag, err := tx.Exec(ctx,
 		`INSERT INTO processed_event (event_id, consumer_group) VALUES ($1, $2)
 		 ON CONFLICT (event_id, consumer_group) DO NOTHING`,
 		pgtype.UUID{Bytes: eventID, Valid: true}, group)
+	if isDefaultPartitionRace(err) {
+		return false, &order.TransientError{Op: "insert processed_event " + eventID.String(),
+			Err: fmt.Errorf("its day partition was attached concurrently: %w", err)}
+	}
 	if err != nil {
 		return false, translate(ctx, fmt.Errorf("insert processed_event %s: %w", eventID, err))
 	}

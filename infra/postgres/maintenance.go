@@ -1,0 +1,376 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/billing/internal/metrics"
+)
+
+// dedupLockKey is the pg_advisory_lock key that lets one process at a time
+// maintain processed_event's partitions ("billdedp" in ASCII; distinct from
+// migrateLockKey).
+const dedupLockKey int64 = 0x62696c6c_64656470
+
+// Defaults of DedupOptions.
+const (
+	DefaultDedupAhead       = 3
+	DefaultDedupInterval    = time.Hour
+	DefaultDedupPassTimeout = time.Minute
+	DefaultDedupBatchSize   = 10_000
+	DefaultDedupLockTimeout = 5 * time.Second
+)
+
+// passGrace is how long past PassTimeout the client waits for the server to
+// end a pass's statement before cutting the connection.
+const passGrace = 5 * time.Second
+
+// DedupOptions configures a DedupMaintainer. Only Retention is required.
+type DedupOptions struct {
+	// Retention is BILLING_DEDUP_RETENTION: a row is removed only once its
+	// processed_at is older than this; a day partition goes only when, in
+	// addition, its whole day of event ids is.
+	Retention time.Duration
+	// Ahead is how many UTC days after today get a partition before they
+	// start (DefaultDedupAhead when 0). Yesterday and today always get one.
+	Ahead int
+	// Interval is the pause between passes (DefaultDedupInterval when 0).
+	Interval time.Duration
+	// PassTimeout bounds one pass (DefaultDedupPassTimeout when 0).
+	PassTimeout time.Duration
+	// BatchSize is how many DEFAULT-partition rows one DELETE removes
+	// (DefaultDedupBatchSize when 0).
+	BatchSize int
+	// LockTimeout bounds each wait for a table lock (DefaultDedupLockTimeout
+	// when 0). Inserts into processed_event queue behind a waiting DROP or
+	// ATTACH, so this is also the longest maintenance may hold up billing.
+	LockTimeout time.Duration
+	// Now is the clock (time.Now when nil); tests turn it.
+	Now func() time.Time
+	// Metrics receives billing_dedup_partitions,
+	// billing_dedup_rows_deleted_total and the maintenance run metrics; nil
+	// records none.
+	Metrics *metrics.Metrics
+	// Logger receives a line per pass that changed something and per failed
+	// pass; nil discards them.
+	Logger *slog.Logger
+}
+
+// DedupResult is what one pass did.
+type DedupResult struct {
+	// Skipped: another process held the maintenance lock; nothing was done.
+	Skipped bool
+	// Created lists the day partitions created.
+	Created []string
+	// Moved counts rows moved out of DEFAULT into the created partitions.
+	Moved int64
+	// Dropped lists the expired partitions dropped, RowsDropped their rows.
+	Dropped     []string
+	RowsDropped int64
+	// Kept lists partitions past the retention by their bounds but holding
+	// a row processed within it (an old event replayed); a later pass drops
+	// them.
+	Kept []string
+	// RowsDeleted counts DEFAULT-partition rows deleted by age.
+	RowsDeleted int64
+	// Partitions is the number of range partitions after the pass (DEFAULT
+	// not counted): billing_dedup_partitions.
+	Partitions int
+}
+
+// DedupMaintainer keeps processed_event's retention (CONTRACT.md §2, §7):
+// each pass creates the day partitions from yesterday to Ahead days on,
+// drops the day partitions whose every event is older than the retention,
+// and deletes expired rows of the DEFAULT partition in batches. One process
+// at a time does a pass (a Postgres advisory lock); the others skip theirs.
+// Start runs passes in the background; RunOnce runs one.
+//
+// A dedup row older than the retention may be gone: a replay beyond it is
+// caught by the invoice guard and counted as duplicate_order (DESIGN.md).
+type DedupMaintainer struct {
+	pool *pgxpool.Pool
+	opts DedupOptions
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	cancel context.CancelFunc // nil when not started
+	done   chan struct{}
+}
+
+// NewDedupMaintainer returns a maintainer of processed_event using pool; it
+// does nothing until Start or RunOnce.
+func NewDedupMaintainer(pool *pgxpool.Pool, opts DedupOptions) (*DedupMaintainer, error) {
+	if opts.Retention <= 0 {
+		return nil, fmt.Errorf("dedup maintenance: retention %v, want > 0", opts.Retention)
+	}
+	if opts.Ahead < 0 || opts.Interval < 0 || opts.PassTimeout < 0 || opts.BatchSize < 0 || opts.LockTimeout < 0 {
+		return nil, errors.New("dedup maintenance: negative option")
+	}
+	if opts.Ahead == 0 {
+		opts.Ahead = DefaultDedupAhead
+	}
+	if opts.Interval == 0 {
+		opts.Interval = DefaultDedupInterval
+	}
+	if opts.PassTimeout == 0 {
+		opts.PassTimeout = DefaultDedupPassTimeout
+	}
+	if opts.BatchSize == 0 {
+		opts.BatchSize = DefaultDedupBatchSize
+	}
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = DefaultDedupLockTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &DedupMaintainer{pool: pool, opts: opts, log: log.With(slog.String("component", "dedup_maintenance"))}, nil
+}
+
+// Start runs a pass now and then one every Interval, in a goroutine, until
+// ctx ends or Stop is called. It fails if the maintainer is running.
+func (m *DedupMaintainer) Start(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cancel != nil {
+		return errors.New("dedup maintenance: already started")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	m.cancel, m.done = cancel, done
+	go func() {
+		defer close(done)
+		m.loop(ctx)
+	}()
+	return nil
+}
+
+// Stop ends the background passes, cancelling one in progress, and waits
+// for the goroutine to return. It does nothing when not started; the
+// maintainer may be started again afterwards.
+func (m *DedupMaintainer) Stop() {
+	m.mu.Lock()
+	cancel, done := m.cancel, m.done
+	m.cancel, m.done = nil, nil
+	m.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (m *DedupMaintainer) loop(ctx context.Context) {
+	t := time.NewTicker(m.opts.Interval)
+	defer t.Stop()
+	for {
+		m.runLogged(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// runLogged runs a pass and logs its outcome: the error is handled here.
+func (m *DedupMaintainer) runLogged(ctx context.Context) {
+	start := time.Now()
+	res, err := m.RunOnce(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Stopped mid-pass: not a failure.
+	case err != nil:
+		m.log.Error("dedup maintenance pass failed", slog.String("error", err.Error()),
+			slog.Any("created", res.Created), slog.Any("dropped", res.Dropped), slog.Int64("rows_deleted", res.RowsDeleted))
+	case res.Skipped:
+		m.log.Debug("dedup maintenance pass skipped: another process holds the lock")
+	default:
+		level := slog.LevelDebug
+		if len(res.Created)+len(res.Dropped)+len(res.Kept) > 0 || res.RowsDeleted > 0 {
+			level = slog.LevelInfo
+		}
+		m.log.Log(ctx, level, "dedup maintenance pass",
+			slog.Any("created", res.Created), slog.Int64("moved", res.Moved),
+			slog.Any("dropped", res.Dropped), slog.Int64("rows_dropped", res.RowsDropped),
+			slog.Any("kept", res.Kept), slog.Int64("rows_deleted", res.RowsDeleted),
+			slog.Int("partitions", res.Partitions), slog.Duration("took", time.Since(start)))
+	}
+}
+
+// RunOnce runs one pass within PassTimeout and records it in the metrics
+// (runs by result, last success, partitions, rows deleted). It returns
+// Skipped without error when another process holds the maintenance lock.
+// After an error the result still tells what was done before it.
+func (m *DedupMaintainer) RunOnce(ctx context.Context) (DedupResult, error) {
+	res, err := m.pass(ctx)
+	if mt := m.opts.Metrics; mt != nil {
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				mt.MaintenanceRuns.WithLabelValues("error").Inc()
+			}
+		case res.Skipped:
+			mt.MaintenanceRuns.WithLabelValues("skipped").Inc()
+		default:
+			mt.MaintenanceRuns.WithLabelValues("ok").Inc()
+			mt.MaintenanceLast.Set(float64(m.opts.Now().UnixMilli()) / 1e3)
+		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("dedup maintenance: %w", translate(ctx, err))
+	}
+	return res, nil
+}
+
+func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
+	var res DedupResult
+	// The server enforces PassTimeout (see session); the client waits a
+	// little longer for it, and cuts the connection only if the server
+	// does not answer.
+	deadline := time.Now().Add(m.opts.PassTimeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline.Add(passGrace))
+	defer cancel()
+
+	pconn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return res, fmt.Errorf("acquire: %w", err)
+	}
+	defer pconn.Release()
+	conn := pconn.Conn()
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", dedupLockKey).Scan(&locked); err != nil {
+		return res, fmt.Errorf("lock: %w", err)
+	}
+	if !locked {
+		res.Skipped = true
+		return res, nil
+	}
+	defer unlockAdvisory(ctx, conn, dedupLockKey)
+	sess := session{conn: conn, deadline: deadline, lockTimeout: m.opts.LockTimeout}
+
+	now := m.opts.Now()
+	cutoff := now.Add(-m.opts.Retention)
+	parts, err := listPartitions(ctx, conn)
+	if err != nil {
+		return res, err
+	}
+	hasDefault := slices.ContainsFunc(parts, func(p partition) bool { return p.isDefault })
+
+	var errs []error
+	// Create first: a day that starts soon matters more than one to drop.
+	today := utcDay(now)
+	for d := today.AddDate(0, 0, -1); !d.After(today.AddDate(0, 0, m.opts.Ahead)); d = d.AddDate(0, 0, 1) {
+		p := dayPartition(d)
+		if !uuidV7Time(p.hi).After(cutoff) {
+			continue // a retention under a day: it would be dropped at once
+		}
+		if slices.ContainsFunc(parts, func(q partition) bool { return q.overlaps(p.lo, p.hi) }) {
+			continue
+		}
+		moved, err := createPartition(ctx, sess, p, hasDefault)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("create partition %s: %w", p.name, err))
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				return res, passErr(deadline, errs)
+			}
+			continue
+		}
+		res.Created = append(res.Created, p.name)
+		res.Moved += moved
+	}
+
+	// Drop a day partition only when its upper bound is at or before the
+	// cutoff: every id in it is then older than the retention. The
+	// partition holding the cutoff itself is never dropped.
+	for _, p := range parts {
+		if !p.dayOwned() || uuidV7Time(p.hi).After(cutoff) {
+			continue
+		}
+		dropped, rows, err := dropPartition(ctx, sess, p, cutoff)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("drop partition %s: %w", p.name, err))
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				return res, passErr(deadline, errs)
+			}
+			continue
+		}
+		if !dropped {
+			res.Kept = append(res.Kept, p.name)
+			continue
+		}
+		res.Dropped = append(res.Dropped, p.name)
+		res.RowsDropped += rows
+		m.addDeleted(rows)
+	}
+
+	// Ids outside every day partition expire by processed_at.
+	if hasDefault {
+		for {
+			n, err := deleteExpiredBatch(ctx, sess, cutoff, m.opts.BatchSize)
+			res.RowsDeleted += n
+			m.addDeleted(n)
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			if n < int64(m.opts.BatchSize) {
+				break
+			}
+		}
+	}
+
+	if parts, err = listPartitions(ctx, conn); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, p := range parts {
+			if !p.isDefault {
+				res.Partitions++
+			}
+		}
+		if m.opts.Metrics != nil {
+			m.opts.Metrics.DedupPartitions.Set(float64(res.Partitions))
+		}
+	}
+	return res, passErr(deadline, errs)
+}
+
+// passErr joins a pass's errors, marking them a timeout (errPassTimeout,
+// which is context.DeadlineExceeded) when the pass ran out of time: the
+// server then reports only a cancelled statement.
+func passErr(deadline time.Time, errs []error) error {
+	if len(errs) > 0 && time.Now().After(deadline) && !slices.ContainsFunc(errs, func(e error) bool { return errors.Is(e, errPassTimeout) }) {
+		errs = append([]error{errPassTimeout}, errs...)
+	}
+	return errors.Join(errs...)
+}
+
+func (m *DedupMaintainer) addDeleted(n int64) {
+	if m.opts.Metrics != nil && n > 0 {
+		m.opts.Metrics.DedupRowsDeleted.Add(float64(n))
+	}
+}
+
+// unlockAdvisory releases a session-level advisory lock, even after ctx
+// ended. A connection that cannot release it is closed, which ends the
+// session and the lock: it must not go back to the pool holding it.
+func unlockAdvisory(ctx context.Context, conn *pgx.Conn, key int64) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+	defer cancel()
+	var released bool
+	if err := conn.QueryRow(uctx, "SELECT pg_advisory_unlock($1)", key).Scan(&released); err != nil || !released {
+		_ = conn.Close(uctx)
+	}
+}
