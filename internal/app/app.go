@@ -53,6 +53,7 @@ type App struct {
 	kc      *kafka.Conn
 	gateway *payment.Client
 	pause   *kafkain.Pause
+	maint   *postgres.DedupMaintainer
 
 	mu      sync.Mutex
 	httpLn  net.Listener
@@ -97,6 +98,12 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		return nil, fmt.Errorf("migrations missing (%s): run `billing migrate` or set BILLING_MIGRATE_ON_START=true", strings.Join(pending, ", "))
 	}
 	a.store = postgres.NewStore(pool)
+	a.maint, err = postgres.NewDedupMaintainer(pool, postgres.DedupOptions{
+		Retention: cfg.DedupRetention, Metrics: a.Metrics, Logger: log})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 
 	a.kc, err = kafka.NewConn(KafkaSettings(cfg))
 	if err != nil {
@@ -255,6 +262,11 @@ func (a *App) Run(ctx context.Context) error {
 	bg.Add(2)
 	go func() { defer bg.Done(); a.probeLoop(bgCtx) }()
 	go func() { defer bg.Done(); a.lagLoop(bgCtx) }()
+	if err := a.maint.Start(bgCtx); err != nil {
+		stopBG()
+		bg.Wait()
+		return err
+	}
 
 	writer, closeWriter := a.kc.NewWriter()
 	routes := kafkain.Routes{Group: cfg.KafkaGroupID, RetryDelays: cfg.RetryDelaysDurations(), DLQTopic: cfg.KafkaDLQTopic}
@@ -308,6 +320,7 @@ func (a *App) Run(ctx context.Context) error {
 	if err := closeWriter(); err != nil {
 		a.log.Warn("close writer", slog.String("error", err.Error()))
 	}
+	a.maint.Stop() // after the final commits, before the HTTP server and the pool
 	stopBG()
 	bg.Wait()
 	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
