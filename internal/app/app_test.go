@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
@@ -49,7 +50,9 @@ func newHarness(t *testing.T, gw *gatewaystub.Stub, mutate func(*config.Config))
 // newHarnessOn is newHarness on a database the test provides.
 func newHarnessOn(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, dsn string, mutate func(*config.Config)) *harness {
 	t.Helper()
-	kc := kafkatest.NewFake(t)
+	// Records up to 8 MiB, so that the over-1-MiB bad record can be
+	// published and dead-lettered like on a broker configured for it.
+	kc := kafkatest.NewFake(t, kafkatest.WithKfake(kfake.BrokerConfigs(map[string]string{"message.max.bytes": "8388608"})))
 	kafkatest.CreateTopics(t, kc.Brokers(), 3, testTopic)
 	if gw == nil {
 		gw = gatewaystub.New(gatewaystub.Options{})

@@ -232,3 +232,51 @@ func TestShutdownMidStreamThenRestart(t *testing.T) {
 		}
 	}
 }
+
+// Every record of the bad-record corpus ends in the DLQ with its raw bytes
+// and headers, the consumer keeps going, and the good events sent after
+// them are billed.
+func TestBadRecordCorpusGoesToDLQ(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, nil)
+	corpus := order.BadRecordCorpus()
+	var msgs []kafkago.Message
+	for _, b := range corpus {
+		msgs = append(msgs, kafkago.Message{Key: []byte(b.Name), Value: b.Value})
+	}
+	w := kafkatest.NewWriter(t, h.brokers, testTopic)
+	w.BatchBytes = 16 << 20
+	if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	var good []kafkago.Message
+	for i := range 5 {
+		_, m := event(t, fmt.Sprintf("ord-good-%d", i), "cus-1", 100)
+		good = append(good, m)
+	}
+	h.send(good...)
+	for i := range 5 {
+		h.waitInvoice(fmt.Sprintf("ord-good-%d", i), order.StatusCharged)
+	}
+	dlq := kafkatest.ReadAll(t, h.brokers, h.cfg.KafkaDLQTopic, len(corpus), 20*time.Second)
+	byKey := map[string]kafkago.Message{}
+	for _, m := range dlq {
+		byKey[string(m.Key)] = m
+	}
+	for _, b := range corpus {
+		m, ok := byKey[b.Name]
+		if !ok {
+			t.Errorf("%s: not in the DLQ", b.Name)
+			continue
+		}
+		hs := headers(m)
+		if string(m.Value) != string(b.Value) || hs["x-error-class"] != "permanent" || hs["x-attempt"] != "0" ||
+			hs["x-error"] == "" || len(hs["x-error"]) > 1024 || hs["x-failed-at"] == "" || hs["x-original-offset"] == "" {
+			t.Errorf("%s: %d bytes (sent %d), headers %v", b.Name, len(m.Value), len(b.Value), hs)
+		}
+	}
+	if len(byKey) != len(corpus) {
+		t.Errorf("DLQ holds %d records, want %d", len(byKey), len(corpus))
+	}
+	kafkatest.WaitCommitted(t, h.brokers, h.cfg.KafkaGroupID, testTopic, 15*time.Second)
+}
