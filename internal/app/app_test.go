@@ -62,15 +62,7 @@ func newHarnessOn(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, dsn st
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.Close)
-	cfg := config.Config{
-		KafkaBrokers: kc.Brokers(), KafkaTopic: testTopic, KafkaGroupID: "billing-test",
-		KafkaRetryTopicPrefix: "billing.retry", KafkaDLQTopic: "billing.dlq", KafkaClientID: "test",
-		RetryDelays:    []config.Duration{config.Duration(100 * time.Millisecond), config.Duration(200 * time.Millisecond)},
-		DatabaseURL:    config.Secret(dsn),
-		PaymentBaseURL: url, PaymentTimeout: 2 * time.Second, DefaultCurrency: "USD",
-		MaxInFlight: 8, DedupRetention: 168 * time.Hour, HTTPAddr: "127.0.0.1:0", LogLevel: "debug",
-		ShutdownTimeout: 5 * time.Second,
-	}
+	cfg := testConfig(kc.Brokers(), dsn, url)
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -81,6 +73,20 @@ func newHarnessOn(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, dsn st
 	h.start()
 	t.Cleanup(h.shutdown)
 	return h
+}
+
+// testConfig is a valid configuration for tests: short retry delays and
+// timeouts, an HTTP port picked by the kernel.
+func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
+	return config.Config{
+		KafkaBrokers: brokers, KafkaTopic: testTopic, KafkaGroupID: "billing-test",
+		KafkaRetryTopicPrefix: "billing.retry", KafkaDLQTopic: "billing.dlq", KafkaClientID: "test",
+		RetryDelays:    []config.Duration{config.Duration(100 * time.Millisecond), config.Duration(200 * time.Millisecond)},
+		DatabaseURL:    config.Secret(dsn),
+		PaymentBaseURL: gatewayURL, PaymentTimeout: 2 * time.Second, DefaultCurrency: "USD",
+		MaxInFlight: 8, DedupRetention: 168 * time.Hour, HTTPAddr: "127.0.0.1:0", LogLevel: "debug",
+		ShutdownTimeout: 5 * time.Second,
+	}
 }
 
 // start runs a new App (a new process, as far as Kafka and Postgres can

@@ -12,7 +12,6 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
@@ -37,16 +36,11 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(gw.Close)
-			cfg := config.Config{
-				KafkaBrokers: kc.Brokers(), KafkaTopic: testTopic, KafkaGroupID: "billing-secure",
-				KafkaRetryTopicPrefix: "billing.retry", KafkaDLQTopic: "billing.dlq", KafkaClientID: "test",
-				RetryDelays:     []config.Duration{config.Duration(100 * time.Millisecond)},
-				KafkaTLSEnabled: true, KafkaTLSCAFile: caFile,
-				KafkaSASLMechanism: mech, KafkaSASLUsername: "billing", KafkaSASLPassword: "wrong-password-123",
-				DatabaseURL: config.Secret(dsn), PaymentBaseURL: url, PaymentTimeout: 2 * time.Second,
-				DefaultCurrency: "USD", MaxInFlight: 4, DedupRetention: 168 * time.Hour, HTTPAddr: "127.0.0.1:0",
-				LogLevel: "info", ShutdownTimeout: 5 * time.Second,
-			}
+			cfg := testConfig(kc.Brokers(), dsn, url)
+			cfg.KafkaGroupID = "billing-secure"
+			cfg.RetryDelays = cfg.RetryDelays[:1]
+			cfg.KafkaTLSEnabled, cfg.KafkaTLSCAFile = true, caFile
+			cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = mech, "billing", "wrong-password-123"
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
