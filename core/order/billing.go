@@ -22,15 +22,15 @@ const (
 // BillingService bills each order once, whatever the number of events and
 // deliveries for it. See Bill.
 type BillingService struct {
-	tx      Transactor
+	ledger  Ledger
 	gateway PaymentGateway
 	group   string
 }
 
 // NewBillingService returns a BillingService that records processed events
 // under consumer group group.
-func NewBillingService(tx Transactor, gateway PaymentGateway, group string) *BillingService {
-	return &BillingService{tx: tx, gateway: gateway, group: group}
+func NewBillingService(ledger Ledger, gateway PaymentGateway, group string) *BillingService {
+	return &BillingService{ledger: ledger, gateway: gateway, group: group}
 }
 
 // errInvoiceVanished means an invoice seen a moment ago is gone; invoices are
@@ -52,40 +52,24 @@ var errInvoiceVanished = errors.New("invoice vanished between insert and read")
 // A returned error leaves the invoice pending and the dedup row in place;
 // a later delivery of any event of the order resumes the charge.
 func (s *BillingService) Bill(ctx context.Context, evt OrderConfirmedEvent) (Outcome, error) {
-	var (
-		inv       Invoice
-		firstSeen bool
-	)
-	err := s.tx.InTx(ctx, func(ctx context.Context, tx Tx) error {
-		var err error
-		if firstSeen, err = tx.TryInsertProcessed(ctx, evt.EventID, s.group); err != nil {
-			return err
-		}
-		if _, err = tx.InsertInvoice(ctx, Invoice{
-			OrderID:    evt.OrderID,
-			EventID:    evt.EventID,
-			CustomerID: evt.CustomerID,
-			Amount:     evt.TotalAmount,
-			Currency:   evt.Currency,
-			Status:     StatusPending,
-		}); err != nil {
-			return err
-		}
-		var found bool
-		if inv, found, err = tx.InvoiceForUpdate(ctx, evt.OrderID); err != nil {
-			return err
-		}
-		if !found {
-			return fmt.Errorf("reserve order %s: %w", evt.OrderID, errInvoiceVanished)
-		}
-		return nil
-	})
+	r, err := s.ledger.Reserve(ctx, Invoice{
+		OrderID:    evt.OrderID,
+		EventID:    evt.EventID,
+		CustomerID: evt.CustomerID,
+		Amount:     evt.TotalAmount,
+		Currency:   evt.Currency,
+		Status:     StatusPending,
+	}, s.group)
 	if err != nil {
 		return "", fmt.Errorf("reserve event %s: %w", evt.EventID, err)
 	}
+	if !r.Found {
+		return "", fmt.Errorf("reserve event %s order %s: %w", evt.EventID, evt.OrderID, errInvoiceVanished)
+	}
 
+	inv := r.Invoice
 	if inv.Status.Final() {
-		if !firstSeen {
+		if !r.FirstSeen {
 			return OutcomeDuplicate, nil
 		}
 		// New to the dedup table, yet the order is billed: another event of
@@ -110,11 +94,7 @@ func (s *BillingService) resume(ctx context.Context, inv Invoice) (Outcome, erro
 	if res.Status == ChargeDeclined {
 		status, outcome = StatusDeclined, OutcomeDeclined
 	}
-	err = s.tx.InTx(ctx, func(ctx context.Context, tx Tx) error {
-		_, err := tx.SettleInvoice(ctx, inv.OrderID, status, res.ChargeID)
-		return err
-	})
-	if err != nil {
+	if _, err := s.ledger.Settle(ctx, inv.OrderID, status, res.ChargeID); err != nil {
 		return "", fmt.Errorf("settle order %s: %w", inv.OrderID, err)
 	}
 	return outcome, nil

@@ -34,29 +34,29 @@ type Invoice struct {
 	CreatedAt  time.Time
 }
 
-// Tx is what billing does inside one database transaction. Implementations
-// translate driver errors into OutageError / TransientError at their edge.
-type Tx interface {
-	// TryInsertProcessed records (eventID, group) in processed_event and
-	// reports whether this was the first time (ON CONFLICT DO NOTHING,
-	// RowsAffected()==1).
-	TryInsertProcessed(ctx context.Context, eventID uuid.UUID, group string) (bool, error)
-	// InsertInvoice inserts inv unless its order already has an invoice and
-	// reports whether it inserted.
-	InsertInvoice(ctx context.Context, inv Invoice) (bool, error)
-	// InvoiceForUpdate returns the order's invoice locked for the rest of the
-	// transaction; found is false when there is none.
-	InvoiceForUpdate(ctx context.Context, orderID string) (inv Invoice, found bool, err error)
-	// SettleInvoice moves a pending invoice to charged or declined and
-	// reports whether it did (false: it was already final).
-	SettleInvoice(ctx context.Context, orderID string, status InvoiceStatus, chargeID string) (bool, error)
+// Reservation is what the reserve transaction found: whether the event's
+// dedup row was new, and the order's invoice after the insert (this event's,
+// or the one an earlier event of the order opened).
+type Reservation struct {
+	FirstSeen bool    // (event_id, group) was not in processed_event before
+	Invoice   Invoice // the order's invoice, read locked
+	Found     bool    // false only if the invoice vanished: a bug or a manual edit
 }
 
-// Transactor runs fn in one transaction: committed when fn returns nil,
-// rolled back otherwise. It may run fn again on a serialization failure or
-// deadlock, so fn must only act through tx.
-type Transactor interface {
-	InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+// Ledger keeps the dedup table and the invoices. Each method is one
+// database transaction, all or nothing; an implementation may run it again
+// in place after a serialization failure or deadlock, and translates driver
+// errors into OutageError / TransientError at its edge.
+type Ledger interface {
+	// Reserve, in one transaction: records (inv.EventID, group) in
+	// processed_event (ON CONFLICT DO NOTHING, FirstSeen when it inserted),
+	// inserts inv as the order's pending invoice unless the order has one,
+	// and reads the order's invoice FOR UPDATE.
+	Reserve(ctx context.Context, inv Invoice, group string) (Reservation, error)
+	// Settle moves the order's pending invoice to charged or declined,
+	// recording chargeID, and reports whether it did (false: it was already
+	// final).
+	Settle(ctx context.Context, orderID string, status InvoiceStatus, chargeID string) (bool, error)
 }
 
 // ChargeRequest is one charge at the payment gateway.

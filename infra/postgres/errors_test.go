@@ -157,7 +157,7 @@ func TestOutageWhenNothingListens(t *testing.T) {
 	}
 	defer pool.Close()
 	store := postgres.NewStore(pool)
-	err = store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+	err = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 		t.Error("fn ran without a connection")
 		return nil
 	})
@@ -189,7 +189,7 @@ func TestOutageWhenServerStops(t *testing.T) {
 	store := postgres.NewStore(pool)
 	id := newEventID(t)
 
-	err = store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+	err = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 		if _, err := tx.TryInsertProcessed(ctx, id, group); err != nil {
 			return err
 		}
@@ -202,9 +202,15 @@ func TestOutageWhenServerStops(t *testing.T) {
 	if got := order.Classify(err); got != order.ClassOutage {
 		t.Errorf("InTx across a shutdown: Classify(%v) = %v, want outage", err, got)
 	}
-	err = store.InTx(ctx, func(ctx context.Context, tx order.Tx) error { return nil })
+	err = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error { return nil })
 	if got := order.Classify(err); got != order.ClassOutage {
 		t.Errorf("InTx while down: Classify(%v) = %v, want outage", err, got)
+	}
+	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-2", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group); order.Classify(err) != order.ClassOutage {
+		t.Errorf("Reserve while down: Classify(%v) = %v, want outage", err, order.Classify(err))
+	}
+	if _, err := store.Settle(ctx, "ord-1", order.StatusCharged, "ch"); order.Classify(err) != order.ClassOutage {
+		t.Errorf("Settle while down: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
 	if err := store.Ping(ctx); order.Classify(err) != order.ClassOutage {
 		t.Errorf("Ping while down: Classify(%v) = %v, want outage", err, order.Classify(err))
@@ -223,7 +229,7 @@ func TestOutageWhenServerStops(t *testing.T) {
 		t.Fatalf("Ping after restart: %v", err)
 	}
 	var first bool
-	err = store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+	err = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 		var err error
 		first, err = tx.TryInsertProcessed(ctx, id, group)
 		return err
@@ -249,12 +255,16 @@ func TestOutageWhenServerHangs(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	store := postgres.NewStore(pool)
-	noop := func(context.Context, order.Tx) error { return nil }
+	noop := func(context.Context, postgres.Tx) error { return nil }
 
 	ctx := testCtx(t)
 	err = store.InTx(ctx, noop)
 	if got := order.Classify(err); got != order.ClassOutage {
 		t.Errorf("connect timeout: Classify(%v) = %v, want outage", err, got)
+	}
+
+	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-1", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group); order.Classify(err) != order.ClassOutage {
+		t.Errorf("connect timeout: Reserve: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

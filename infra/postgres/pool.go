@@ -1,6 +1,6 @@
 // Package postgres is billing's Postgres adapter: the connection pool, the
 // embedded migrations, the processed_event and invoice repositories, and
-// Store, which runs billing's transactions (order.Transactor) and translates
+// Store, which runs billing's transactions (order.Ledger) and translates
 // every driver error into order's typed errors at this edge (TranslateError).
 package postgres
 

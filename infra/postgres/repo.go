@@ -27,9 +27,7 @@ type DedupRepo struct{}
 // run again, the row goes to the new partition.
 func (DedupRepo) TryInsert(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, group string) (bool, error) {
 	tag, err := tx.Exec(ctx,
-		`INSERT INTO processed_event (event_id, consumer_group) VALUES ($1, $2)
-		 ON CONFLICT (event_id, consumer_group) DO NOTHING`,
-		pgtype.UUID{Bytes: eventID, Valid: true}, group)
+		sqlInsertProcessed, pgtype.UUID{Bytes: eventID, Valid: true}, group)
 	if isDefaultPartitionRace(err) {
 		return false, &order.TransientError{Op: "insert processed_event " + eventID.String(),
 			Err: fmt.Errorf("its day partition was attached concurrently: %w", err)}
@@ -46,16 +44,32 @@ type InvoiceRepo struct{}
 
 const invoiceColumns = `order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), created_at`
 
+// The statements of billing's transactions, shared by the repositories and
+// Store's pipelined Reserve; bench/reserve_settle.sql repeats them for the
+// pgbench ceiling of `make bench`.
+const (
+	sqlInsertProcessed = `INSERT INTO processed_event (event_id, consumer_group) VALUES ($1, $2)
+		 ON CONFLICT (event_id, consumer_group) DO NOTHING`
+	sqlInsertInvoice = `INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status, charge_id)
+		 VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''))
+		 ON CONFLICT (order_id) DO NOTHING`
+	sqlInvoiceForUpdate = `SELECT ` + invoiceColumns + ` FROM invoice WHERE order_id = $1 FOR UPDATE`
+	sqlSettle           = `UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''), updated_at = now()
+		 WHERE order_id = $1 AND status = 'pending'`
+)
+
+// invoiceArgs are sqlInsertInvoice's arguments for inv.
+func invoiceArgs(inv order.Invoice) []any {
+	return []any{inv.OrderID, pgtype.UUID{Bytes: inv.EventID, Valid: true}, inv.CustomerID, inv.Amount, inv.Currency,
+		string(inv.Status), inv.ChargeID}
+}
+
 // Insert inserts inv unless its order already has an invoice (ON CONFLICT
 // (order_id) DO NOTHING) and reports whether it inserted. An empty ChargeID
 // is stored as NULL.
 func (InvoiceRepo) Insert(ctx context.Context, tx pgx.Tx, inv order.Invoice) (bool, error) {
 	tag, err := tx.Exec(ctx,
-		`INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status, charge_id)
-		 VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''))
-		 ON CONFLICT (order_id) DO NOTHING`,
-		inv.OrderID, pgtype.UUID{Bytes: inv.EventID, Valid: true}, inv.CustomerID, inv.Amount, inv.Currency,
-		string(inv.Status), inv.ChargeID)
+		sqlInsertInvoice, invoiceArgs(inv)...)
 	if err != nil {
 		return false, translate(ctx, fmt.Errorf("insert invoice %s: %w", inv.OrderID, err))
 	}
@@ -65,7 +79,7 @@ func (InvoiceRepo) Insert(ctx context.Context, tx pgx.Tx, inv order.Invoice) (bo
 // ForUpdate returns the order's invoice, locked (SELECT … FOR UPDATE) until
 // tx ends; found is false when the order has none.
 func (InvoiceRepo) ForUpdate(ctx context.Context, tx pgx.Tx, orderID string) (order.Invoice, bool, error) {
-	row := tx.QueryRow(ctx, `SELECT `+invoiceColumns+` FROM invoice WHERE order_id = $1 FOR UPDATE`, orderID)
+	row := tx.QueryRow(ctx, sqlInvoiceForUpdate, orderID)
 	inv, err := scanInvoice(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return order.Invoice{}, false, nil
@@ -87,9 +101,7 @@ func (InvoiceRepo) Settle(ctx context.Context, tx pgx.Tx, orderID string, status
 		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", orderID, status, errNotFinal))
 	}
 	tag, err := tx.Exec(ctx,
-		`UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''), updated_at = now()
-		 WHERE order_id = $1 AND status = 'pending'`,
-		orderID, string(status), chargeID)
+		sqlSettle, orderID, string(status), chargeID)
 	if err != nil {
 		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", orderID, err))
 	}

@@ -97,7 +97,7 @@ func TestDedupTryInsertConcurrent(t *testing.T) {
 	for i := range workers {
 		wg.Go(func() {
 			<-start
-			errs[i] = store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+			errs[i] = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 				var err error
 				results[i], err = tx.TryInsertProcessed(ctx, id, group)
 				return err
@@ -239,7 +239,7 @@ func TestInvoiceRejectsInvalidRows(t *testing.T) {
 		{OrderID: "ord-zero", EventID: newEventID(t), CustomerID: "c", Amount: 0, Currency: "EUR", Status: order.StatusPending},
 		{OrderID: "ord-status", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: "refunded"},
 	} {
-		err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+		err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 			_, err := tx.InsertInvoice(ctx, inv)
 			return err
 		})

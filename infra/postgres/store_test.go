@@ -23,7 +23,7 @@ func TestInTxRetriesSerializationFailure(t *testing.T) {
 	id := newEventID(t)
 
 	var attempts int
-	err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+	err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 		attempts++
 		first, err := tx.TryInsertProcessed(ctx, id, group)
 		if err != nil {
@@ -55,7 +55,7 @@ func TestInTxGivesUpAfterAttempts(t *testing.T) {
 	store := postgres.NewStore(pool)
 
 	var attempts int
-	err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+	err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 		attempts++
 		return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40P01", Message: "deadlock detected"})
 	})
@@ -80,7 +80,7 @@ func TestInTxDoesNotRetryOtherErrors(t *testing.T) {
 	errDomain := errors.New("domain rule broken")
 
 	var attempts int
-	err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+	err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 		attempts++
 		if _, err := tx.TryInsertProcessed(ctx, id, group); err != nil {
 			return err
@@ -111,7 +111,7 @@ func TestInTxRetriesRealDeadlock(t *testing.T) {
 	pool.Reset()
 	store := postgres.NewStore(pool)
 	for _, id := range []string{"ord-a", "ord-b"} {
-		err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+		err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 			_, err := tx.InsertInvoice(ctx, order.Invoice{OrderID: id, EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending})
 			return err
 		})
@@ -129,7 +129,7 @@ func TestInTxRetriesRealDeadlock(t *testing.T) {
 	locked.Add(2)
 	lockBoth := func(i int, first, second string) {
 		var once sync.Once
-		errs[i] = store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+		errs[i] = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 			attempts.Add(1)
 			if _, _, err := tx.InvoiceForUpdate(ctx, first); err != nil {
 				return err
@@ -159,7 +159,7 @@ func TestInTxCanceled(t *testing.T) {
 	store := postgres.NewStore(pool)
 	ctx, cancel := context.WithCancel(context.Background())
 
-	err := store.InTx(ctx, func(ctx context.Context, tx order.Tx) error {
+	err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
 		cancel()
 		_, err := tx.TryInsertProcessed(ctx, newEventID(t), group)
 		return err
