@@ -116,6 +116,7 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	}
 	a.gateway, err = payment.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
 		payment.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
+		payment.WithIdleConns(max(cfg.MaxInFlight, 2)),
 		payment.WithLogger(log))
 	if err != nil {
 		pool.Close()

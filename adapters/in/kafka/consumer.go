@@ -152,9 +152,15 @@ func (c *Consumer) fetchLoop(ctx context.Context, d *dispatcher) error {
 func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 	start := c.now()
 	defer c.m.InFlight.Dec()
-	log := c.log.With(slog.String("topic", msg.Topic), slog.Int("partition", msg.Partition), slog.Int64("offset", msg.Offset))
-	if tp, ok := TraceParent(msg); ok {
-		log = log.With(slog.String("trace_id", tp.TraceIDString()))
+	// The event's logger is built only when something is logged: With
+	// formats its attributes at once, and the common path logs nothing
+	// above debug.
+	log := func() *slog.Logger {
+		l := c.log.With(slog.String("topic", msg.Topic), slog.Int("partition", msg.Partition), slog.Int64("offset", msg.Offset))
+		if tp, ok := TraceParent(msg); ok {
+			l = l.With(slog.String("trace_id", tp.TraceIDString()))
+		}
+		return l
 	}
 
 	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg) {
@@ -166,7 +172,9 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 		if err == nil {
 			c.pause.Resume("billing")
 			c.final(msg, outcome, start)
-			log.Debug("event handled", slog.String("outcome", string(outcome)))
+			if c.log.Enabled(work, slog.LevelDebug) {
+				log().Debug("event handled", slog.String("outcome", string(outcome)))
+			}
 			return
 		}
 		class := order.Classify(err)
@@ -175,7 +183,7 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 		}
 		switch class {
 		case order.ClassCanceled:
-			log.Info("event interrupted by shutdown, left uncommitted")
+			log().Info("event interrupted by shutdown, left uncommitted")
 			return
 		case order.ClassOutage:
 			var oe *order.OutageError
@@ -185,7 +193,7 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 			}
 			c.pause.Outage(dep, err)
 			if bo.wait(stop, attempt) != nil {
-				log.Info("event interrupted by shutdown during an outage, left uncommitted")
+				log().Info("event interrupted by shutdown during an outage, left uncommitted")
 				return
 			}
 			continue
@@ -196,7 +204,7 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 		}
 		outcome, rerr := c.router.Route(work, msg, c.opts.Tier, class, err)
 		if rerr != nil {
-			log.Info("event interrupted by shutdown while routing, left uncommitted", slog.String("error", rerr.Error()))
+			log().Info("event interrupted by shutdown while routing, left uncommitted", slog.String("error", rerr.Error()))
 			return
 		}
 		c.final(msg, outcome, start)

@@ -62,6 +62,7 @@ type Client struct {
 type Option func(*options)
 
 type options struct {
+	idle     int
 	hc       *http.Client
 	requests *prometheus.CounterVec
 	duration prometheus.Histogram
@@ -69,10 +70,21 @@ type options struct {
 	breaker  BreakerSettings
 }
 
+// DefaultIdleConns is how many idle connections to the gateway the Client
+// keeps without WithIdleConns.
+const DefaultIdleConns = 128
+
+// WithIdleConns keeps up to n idle connections to the gateway: as many as
+// charges can be in flight at once (BILLING_MAX_IN_FLIGHT), so that none is
+// closed after its request only to be opened again for the next one.
+func WithIdleConns(n int) Option {
+	return func(o *options) { o.idle = n }
+}
+
 // WithHTTPClient makes the Client send through hc instead of a client of its
-// own. The Client uses a copy of hc that does not follow redirects: a
-// redirected POST may become a GET, and a charge must never be re-sent
-// anywhere but the configured endpoint.
+// own (WithIdleConns then has no effect). The Client uses a copy of hc that
+// does not follow redirects: a redirected POST may become a GET, and a
+// charge must never be re-sent anywhere but the configured endpoint.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(o *options) { o.hc = hc }
 }
@@ -128,10 +140,14 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 		c.hc = &hc
 	} else {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
-		// One connection per event in flight (BILLING_MAX_IN_FLIGHT, 64 by
-		// default) rather than net/http's 2 idle ones, which would open and
-		// close a connection for most charges under load.
-		tr.MaxIdleConnsPerHost = 128
+		// One idle connection per event in flight rather than net/http's 2
+		// per host (and 100 in all), which would open and close a
+		// connection for most charges under load.
+		idle := o.idle
+		if idle <= 0 {
+			idle = DefaultIdleConns
+		}
+		tr.MaxIdleConnsPerHost, tr.MaxIdleConns = idle, idle
 		c.hc = &http.Client{Transport: tr}
 	}
 	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -283,8 +299,10 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 	if c.requests != nil {
 		c.requests.WithLabelValues(code).Inc()
 	}
-	c.log.DebugContext(ctx, "payment gateway request", slog.String("key", req.IdempotencyKey.String()),
-		slog.String("order_id", req.OrderID), slog.String("code", code), slog.Duration("duration", elapsed))
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.DebugContext(ctx, "payment gateway request", slog.String("key", req.IdempotencyKey.String()),
+			slog.String("order_id", req.OrderID), slog.String("code", code), slog.Duration("duration", elapsed))
+	}
 
 	if err != nil {
 		return c.noReply(ctx, rctx, resp, err)

@@ -759,3 +759,61 @@ func TestOneLine(t *testing.T) {
 		t.Errorf("oneLine cut a rune in half: %q", got)
 	}
 }
+
+// TestIdleConnsKeepEveryConnection: two waves of n concurrent charges; with
+// WithIdleConns(n) the second wave reuses the first wave's n connections.
+// net/http's defaults (2 idle per host, 100 in all) would close most of them
+// and open new ones: a TCP handshake per charge under load.
+func TestIdleConnsKeepEveryConnection(t *testing.T) {
+	const n = 150 // above net/http's MaxIdleConns of 100
+	var (
+		opened  atomic.Int32
+		arrived atomic.Int32
+		all     = make(chan struct{})
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		// Hold every request of the first wave until all n are in, so that
+		// the wave really needs n connections.
+		if arrived.Add(1) == n {
+			close(all)
+		}
+		<-all
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"charge_id":"ch_1","status":"succeeded"}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, _ := newClient(t, srv.URL, 10*time.Second, WithIdleConns(n))
+
+	wave := func() {
+		t.Helper()
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				_, err := c.Charge(context.Background(), chargeReq(t, fmt.Sprintf("ord-%d", i), "cus"))
+				errs <- err
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("Charge() error = %v", err)
+			}
+		}
+	}
+	wave()
+	first := opened.Load()
+	if first != n {
+		t.Fatalf("first wave opened %d connections, want %d", first, n)
+	}
+	wave()
+	if got := opened.Load() - first; got != 0 {
+		t.Errorf("second wave opened %d new connections, want 0 (all %d kept idle)", got, n)
+	}
+}
