@@ -32,6 +32,14 @@ demo: ## run the service in-process against sample events and print what happene
 	@scripts/deps.sh postgres
 	$(GO) run ./cmd/billing demo
 
+# `make bench` flags, e.g. BENCHFLAGS="-reps 5 -inflight 1,16,64"
+# (go run ./bench/cmd/billbench -h lists them).
+BENCHFLAGS ?=
+
+.PHONY: bench
+bench: deps build ## throughput report: bin/billing vs pgbench on real Postgres and Kafka (~10 min), in bench/out/report.md
+	$(GO) run ./bench/cmd/billbench -bin $(BIN) -out bench/out/report.md $(BENCHFLAGS)
+
 .PHONY: lint
 lint: ## go vet and staticcheck
 	$(GO) vet ./...
@@ -39,4 +47,4 @@ lint: ## go vet and staticcheck
 
 .PHONY: clean
 clean: ## remove build output
-	rm -rf bin
+	rm -rf bin bench/out

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/internal/pgcluster"
+)
+
+// env is what every run shares: one Postgres cluster, one broker.
+type env struct {
+	root    string
+	bin     string
+	workDir string
+	outDir  string
+
+	pg      *pgcluster.Cluster
+	dsn     string // database "billing", migrated by bin/billing migrate
+	pgbench string // path of the pgbench of the same major version
+
+	brokers    []string
+	brokerKind string // what the report says about the broker
+	brokerPID  int    // 0 for kfake (in this process)
+	stopBroker func() error
+	kc         *kafka.Conn
+
+	facts []string // machine facts for the report
+}
+
+func startEnv(ctx context.Context, o options, log *slog.Logger) (e *env, err error) {
+	e = &env{}
+	if e.root, err = filepath.Abs(o.root); err != nil {
+		return nil, err
+	}
+	e.bin = o.bin
+	if !filepath.IsAbs(e.bin) {
+		e.bin = filepath.Join(e.root, e.bin)
+	}
+	if _, err := os.Stat(e.bin); err != nil {
+		return nil, fmt.Errorf("binary %s: %w (make build)", e.bin, err)
+	}
+	e.outDir = filepath.Dir(o.out)
+	if !filepath.IsAbs(e.outDir) {
+		e.outDir = filepath.Join(e.root, e.outDir)
+	}
+	if err := os.MkdirAll(filepath.Join(e.outDir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	if e.workDir, err = os.MkdirTemp("", "billbench-"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.close(log)
+		}
+	}()
+
+	binDir, err := pgcluster.FindBinDir()
+	if err != nil {
+		return nil, err
+	}
+	e.pgbench = filepath.Join(binDir, "pgbench")
+	if _, err := os.Stat(e.pgbench); err != nil {
+		return nil, fmt.Errorf("pgbench not found beside the server (%s): scripts/bench.sh installs it", e.pgbench)
+	}
+
+	t := time.Now()
+	e.pg, err = pgcluster.Start(ctx, filepath.Join(e.workDir, "pg"), pgcluster.Options{Fsync: true})
+	if err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	log.Info("postgres started", slog.Duration("took", time.Since(t)), slog.Int("port", e.pg.Port()))
+	if err := e.createDatabase(ctx); err != nil {
+		return nil, err
+	}
+
+	t = time.Now()
+	if err := e.startBroker(ctx, o.broker); err != nil {
+		return nil, err
+	}
+	log.Info("broker started", slog.String("kind", e.brokerKind), slog.Duration("took", time.Since(t)))
+	if e.kc, err = kafka.NewConn(kafka.Settings{Brokers: e.brokers, ClientID: "billbench"}); err != nil {
+		return nil, err
+	}
+
+	// The schema comes from the binary under test, as in production.
+	cmd := exec.CommandContext(ctx, e.bin, "migrate")
+	cmd.Env = e.serviceEnv(map[string]string{"BILLING_LOG_LEVEL": "warn"})
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("billing migrate: %w\n%s", err, out)
+	}
+	return e, e.collectFacts(ctx)
+}
+
+func (e *env) createDatabase(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, e.pg.DSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("connect postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE billing"); err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	e.dsn = e.pg.DSN("billing")
+	return nil
+}
+
+// startBroker starts the real broker with scripts/kafka.sh when its jars
+// are there (or kind is "real"), else an in-process kfake cluster.
+func (e *env) startBroker(ctx context.Context, kind string) error {
+	script := filepath.Join(e.root, "scripts", "kafka.sh")
+	libs, libsErr := exec.CommandContext(ctx, "bash", script, "libs").CombinedOutput()
+	_, javaErr := exec.LookPath("java")
+	if kind == "kfake" || (kind == "auto" && (libsErr != nil || javaErr != nil)) {
+		why := "-broker kfake"
+		if kind == "auto" {
+			why = "real broker unavailable: " + strings.TrimSpace(string(libs))
+			if javaErr != nil {
+				why = "real broker unavailable: no java"
+			}
+		}
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return fmt.Errorf("start kfake: %w", err)
+		}
+		e.brokers = c.ListenAddrs()
+		e.brokerKind = "kfake (franz-go in-process fake, inside the driver process) — NOT the real broker (" + why + ")"
+		e.stopBroker = func() error { c.Close(); return nil }
+		return nil
+	}
+	if libsErr != nil {
+		return fmt.Errorf("real broker: %s", bytes.TrimSpace(libs))
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(e.workDir, "kafka")
+	cmd := exec.CommandContext(ctx, "bash", script, "start", dir, strconv.Itoa(ports[0]), strconv.Itoa(ports[1]))
+	// kafka.sh's watchdog stops the broker if this process dies first.
+	cmd.Env = append(os.Environ(), "KAFKA_OWNER_PID="+strconv.Itoa(os.Getpid()))
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("start broker: %w\n%s", err, out)
+	}
+	e.brokers = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
+	version := filepath.Base(filepath.Dir(strings.TrimSpace(string(libs)))) // kafka-4.1.1
+	e.brokerKind = "Apache " + strings.Replace(version, "kafka-", "Kafka ", 1) +
+		", real single-node KRaft broker started by scripts/kafka.sh (JVM flags of kafka.sh: -XX:TieredStopAtLevel=1, SerialGC, heap ≤512 MiB)"
+	if b, err := os.ReadFile(filepath.Join(dir, "kafka.pid")); err == nil {
+		e.brokerPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	e.stopBroker = func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c := exec.CommandContext(sctx, "bash", script, "stop", dir)
+		c.WaitDelay = 5 * time.Second
+		if out, err := c.CombinedOutput(); err != nil {
+			return fmt.Errorf("stop broker: %w\n%s", err, out)
+		}
+		return nil
+	}
+	return nil
+}
+
+// serviceEnv is the process environment without any BILLING_* variable of
+// the caller's, plus the connection settings and extra.
+func (e *env) serviceEnv(extra map[string]string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BILLING_") {
+			out = append(out, kv)
+		}
+	}
+	out = append(out,
+		"BILLING_KAFKA_BROKERS="+strings.Join(e.brokers, ","),
+		"BILLING_DATABASE_URL="+e.dsn,
+		"BILLING_PAYMENT_BASE_URL=http://127.0.0.1:1",
+	)
+	for k, v := range extra {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func (e *env) collectFacts(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		return fmt.Errorf("connect postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	var version, fsync, syncCommit, fpw, sharedBuffers, walSync string
+	if err := conn.QueryRow(ctx, `SELECT version(), current_setting('fsync'), current_setting('synchronous_commit'),
+		current_setting('full_page_writes'), current_setting('shared_buffers'), current_setting('wal_sync_method')`).
+		Scan(&version, &fsync, &syncCommit, &fpw, &sharedBuffers, &walSync); err != nil {
+		return fmt.Errorf("postgres settings: %w", err)
+	}
+	if fsync != "on" || syncCommit != "on" {
+		return fmt.Errorf("postgres runs with fsync=%s synchronous_commit=%s; the benchmark needs both on", fsync, syncCommit)
+	}
+	if i := strings.Index(version, " on "); i > 0 {
+		version = version[:i]
+	}
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = strings.TrimSpace(l[strings.Index(l, ":")+1:])
+				break
+			}
+		}
+	}
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	mem := "?"
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		fmt.Sscanf(string(b), "MemTotal: %d kB", &kb)
+		mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+	}
+	pgbenchVer, _ := exec.CommandContext(ctx, e.pgbench, "--version").Output()
+	e.facts = []string{
+		fmt.Sprintf("machine: %d CPUs (nproc), %s, %s RAM, Linux %s, %s", runtime.NumCPU(), cpu, mem, strings.TrimSpace(string(kernel)), runtime.Version()),
+		fmt.Sprintf("postgres: %s — fsync=%s, synchronous_commit=%s, full_page_writes=%s, wal_sync_method=%s, shared_buffers=%s (throwaway cluster, internal/pgcluster Fsync: true)",
+			version, fsync, syncCommit, fpw, walSync, sharedBuffers),
+		"pgbench: " + strings.TrimSpace(string(pgbenchVer)),
+		"broker: " + e.brokerKind,
+		"everything (Postgres, broker, gateway stub, producer, pgbench and the service) shares these CPUs",
+	}
+	return nil
+}
+
+// truncate empties the tables and checkpoints, so that every run starts
+// from the same state and no run pays for the previous one's dirty pages.
+func (e *env) truncate(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		return fmt.Errorf("connect postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "TRUNCATE processed_event, invoice"); err != nil {
+		return fmt.Errorf("truncate: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+func (e *env) close(log *slog.Logger) {
+	if e.stopBroker != nil {
+		if err := e.stopBroker(); err != nil {
+			log.Warn("stop broker", slog.String("error", err.Error()))
+		}
+	}
+	if e.pg != nil {
+		if err := e.pg.Stop(context.Background()); err != nil {
+			log.Warn("stop postgres", slog.String("error", err.Error()))
+		}
+	}
+	if e.workDir != "" {
+		if err := os.RemoveAll(e.workDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("remove work dir", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

@@ -1,0 +1,140 @@
+// Command billbench is the driver of `make bench` (scripts/bench.sh): it
+// measures the built binary bin/billing against a real Postgres (fsync and
+// synchronous_commit on), a real Kafka broker (scripts/kafka.sh; kfake only
+// when the broker jars are missing, and the report says so) and the stub
+// payment gateway at each gateway latency, for each BILLING_MAX_IN_FLIGHT,
+// and compares it with the ceiling pgbench reaches for the same transaction
+// shape (bench/reserve_settle.sql) at the same concurrency, in the same run.
+//
+// Each service run gets a fresh topic, consumer group and emptied tables;
+// its events are produced before the service starts. Events/s is measured
+// from the first final outcome to the last, by scraping the child's
+// billing_events_total; peak RSS is the child's VmHWM. Every cell is run
+// -reps times and reported as the median (and min–max). The report, a
+// Markdown table and the target checks, goes to stdout and to -out.
+//
+// This is a benchmark: it reports numbers and target checks, it asserts no
+// timing; it exits non-zero only when it could not measure.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	err := run(ctx, os.Args[1:], log)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "billbench:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command line flags.
+type options struct {
+	bin        string
+	root       string
+	out        string
+	reps       int
+	latencies  []time.Duration
+	inFlight   []int
+	partitions int
+	steady     time.Duration
+	pgbenchT   time.Duration
+	broker     string // auto, real, kfake
+	pgbenchSQL string
+	args       []string // as given, for the report
+	cpuProfile string
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("billbench", flag.ContinueOnError)
+	fs.StringVar(&o.bin, "bin", "bin/billing", "the billing binary to measure")
+	fs.StringVar(&o.root, "root", ".", "repository root (scripts/kafka.sh, bench/reserve_settle.sql)")
+	fs.StringVar(&o.out, "out", "bench/out/report.md", "where to write the report")
+	fs.IntVar(&o.reps, "reps", 5, "runs per cell; the report shows the median")
+	lat := fs.String("latencies", "0ms,20ms", "gateway stub latencies")
+	inf := fs.String("inflight", "1,64,256", "BILLING_MAX_IN_FLIGHT values")
+	fs.IntVar(&o.partitions, "partitions", 8, "partitions of each run's topic")
+	fs.DurationVar(&o.steady, "steady", 6*time.Second, "steady state each service run aims at (events are sized from the rate measured so far)")
+	fs.DurationVar(&o.pgbenchT, "pgbench-time", 10*time.Second, "pgbench -T of each ceiling run")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the driver's own CPU profile (the gateway stub runs in it) to this file")
+	fs.StringVar(&o.broker, "broker", "auto", "auto (real broker when its jars are present, else kfake), real or kfake")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	for _, s := range strings.Split(*lat, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			return o, fmt.Errorf("-latencies %q: %w", s, err)
+		}
+		o.latencies = append(o.latencies, d)
+	}
+	for _, s := range strings.Split(*inf, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 1 {
+			return o, fmt.Errorf("-inflight %q: want positive integers", s)
+		}
+		o.inFlight = append(o.inFlight, n)
+	}
+	if o.reps < 1 {
+		return o, fmt.Errorf("-reps %d: want at least 1", o.reps)
+	}
+	switch o.broker {
+	case "auto", "real", "kfake":
+	default:
+		return o, fmt.Errorf("-broker %q: want auto, real or kfake", o.broker)
+	}
+	o.pgbenchSQL = "bench/reserve_settle.sql"
+	o.args = args
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, log *slog.Logger) error {
+	o, err := parseOptions(args)
+	if err != nil {
+		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	env, err := startEnv(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer env.close(log)
+
+	res, err := measure(ctx, env, o, log)
+	if err != nil {
+		return err
+	}
+	res.took = time.Since(start)
+	report := res.markdown(env, o)
+	fmt.Print(report)
+	if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	log.Info("report written", slog.String("file", o.out))
+	return nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pgbench 15's report, abridged.
+const pgbenchOut = `pgbench (15.18 (Debian 15.18-0+deb12u1))
+transaction type: bench/reserve_settle.sql
+scaling factor: 1
+query mode: prepared
+number of clients: 36
+number of threads: 2
+maximum number of tries: 1
+duration: 10 s
+number of transactions actually processed: 57651
+number of failed transactions: 3 (0.005%)
+latency average = 6.245 ms
+initial connection time = 41.221 ms
+tps = 5765.143811 (without initial connection time)
+`
+
+func TestParsePgbench(t *testing.T) {
+	p, err := parsePgbench(pgbenchOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.tps != 5765.143811 || p.latency != 6.245 || p.failed != 3 {
+		t.Errorf("parsePgbench() = %+v, want tps 5765.143811, latency 6.245, failed 3", p)
+	}
+	if _, err := parsePgbench("pgbench: error: connection refused\n"); err == nil {
+		t.Error("parsePgbench(error output) error = nil, want one")
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestChecks: the targets are computed from medians, and a miss says so.
+func TestChecks(t *testing.T) {
+	run := func(rate float64, rssMiB int64) serviceRun { return serviceRun{rate: rate, hwm: rssMiB << 20} }
+	one, many := cell{20 * time.Millisecond, 1}, cell{20 * time.Millisecond, 64}
+	zero := cell{0, 64}
+	r := &result{
+		cells: []cell{one, many, zero},
+		runs: map[cell][]serviceRun{
+			one:  {run(40, 30), run(45, 30), run(50, 30)},
+			many: {run(2000, 40), run(1000, 40), run(1900, 120)}, // median 1900: 42×
+			zero: {run(1000, 40), run(3000, 40), run(2000, 40)},  // median 2000
+		},
+		pgbench: map[int][]pgbenchRun{dbClients(64): {{tps: 4000}, {tps: 3000}, {tps: 5000}}}, // median 4000: 50%
+	}
+	got := r.checks()
+	if len(got) != 3 {
+		t.Fatalf("checks() = %+v, want 3", got)
+	}
+	want := []struct {
+		ok   bool
+		text string
+	}{
+		{true, "42.2×"},
+		{false, "50%"},
+		{false, "120.0 MiB"},
+	}
+	for i, w := range want {
+		if got[i].ok != w.ok || !strings.Contains(got[i].text, w.text) {
+			t.Errorf("check %d = %+v, want ok=%v and %q in it", i, got[i], w.ok, w.text)
+		}
+	}
+}
+
+// TestSmoke runs the whole driver once, small: the built service against
+// a throwaway Postgres, the in-process broker and pgbench. It needs the
+// Postgres server binaries (scripts/deps.sh), so it runs with BILLING_E2E=1
+// as `make test` sets it.
+func TestSmoke(t *testing.T) {
+	if os.Getenv("BILLING_E2E") != "1" {
+		t.Skip("BILLING_E2E=1 runs the benchmark driver end to end")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "billing")
+	build := exec.Command("go", "build", "-o", bin, "github.com/acme/billing/cmd/billing")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	report := filepath.Join(dir, "out", "report.md")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err := run(ctx, []string{"-bin", bin, "-root", "../../..", "-out", report, "-reps", "1",
+		"-latencies", "0ms", "-inflight", "2", "-steady", "1s", "-pgbench-time", "1s", "-broker", "kfake"}, log)
+	if err != nil {
+		t.Fatalf("billbench: %v", err)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	for _, want := range []string{"| 0 ms | 2 | 5 |", "pgbench ceiling", "NOT the real broker", "No problem: every measured run"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+}

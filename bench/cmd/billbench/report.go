@@ -1,0 +1,213 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/acme/billing/internal/config"
+)
+
+// Targets of issue 5, checked on the medians of one report.
+const (
+	targetSpeedup     = 40.0 // at 20 ms: in-flight 64 over in-flight 1
+	targetCeilingPct  = 60.0 // at 0 ms: events/s as % of the pgbench ceiling
+	targetPeakRSSMiB  = 100.0
+	speedupLatency    = 20 * time.Millisecond
+	speedupInFlight   = 64
+	sequentialFlights = 1
+)
+
+// median of xs (the mean of the middle two for an even count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r *result) rates(c cell) []float64 {
+	var out []float64
+	for _, run := range r.runs[c] {
+		out = append(out, run.rate)
+	}
+	return out
+}
+
+func (r *result) rssMiB(c cell) []float64 {
+	var out []float64
+	for _, run := range r.runs[c] {
+		out = append(out, float64(run.hwm)/(1<<20))
+	}
+	return out
+}
+
+func (r *result) ceiling(clients int) []float64 {
+	var out []float64
+	for _, p := range r.pgbench[clients] {
+		out = append(out, p.tps)
+	}
+	return out
+}
+
+func (r *result) cpu(c cell, group string) []float64 {
+	var out []float64
+	for _, run := range r.runs[c] {
+		out = append(out, run.cpu.groups[group])
+	}
+	return out
+}
+
+func (r *result) hostCPU(c cell) []float64 {
+	var out []float64
+	for _, run := range r.runs[c] {
+		out = append(out, run.cpu.busy)
+	}
+	return out
+}
+
+// check is one target, met or not.
+type check struct {
+	ok   bool
+	text string
+}
+
+func (r *result) checks() []check {
+	var out []check
+	one := median(r.rates(cell{speedupLatency, sequentialFlights}))
+	many := median(r.rates(cell{speedupLatency, speedupInFlight}))
+	if _, ok := r.runs[cell{speedupLatency, sequentialFlights}]; ok && one > 0 {
+		if _, ok := r.runs[cell{speedupLatency, speedupInFlight}]; ok {
+			x := many / one
+			out = append(out, check{x >= targetSpeedup, fmt.Sprintf(
+				"at %s, in-flight %d reaches %.1f× in-flight %d (%.0f vs %.1f events/s); target ≥ %.0f×",
+				fmtLatency(speedupLatency), speedupInFlight, x, sequentialFlights, many, one, targetSpeedup)})
+		}
+	}
+	for _, c := range r.cells {
+		if c.latency != 0 {
+			continue
+		}
+		k := dbClients(c.inFlight)
+		ceil := median(r.ceiling(k))
+		if ceil == 0 {
+			continue
+		}
+		pct := 100 * median(r.rates(c)) / ceil
+		out = append(out, check{pct >= targetCeilingPct, fmt.Sprintf(
+			"at 0 ms, in-flight %d reaches %.0f%% of the pgbench ceiling at %d clients (%.0f vs %.0f events/s); target ≥ %.0f%%",
+			c.inFlight, pct, k, median(r.rates(c)), ceil, targetCeilingPct)})
+	}
+	var peak float64
+	var at string
+	for _, c := range r.cells {
+		for _, run := range r.runs[c] {
+			if v := float64(run.hwm) / (1 << 20); v > peak {
+				peak, at = v, c.String()
+			}
+		}
+	}
+	out = append(out, check{peak < targetPeakRSSMiB, fmt.Sprintf(
+		"highest peak RSS of all measured runs: %.1f MiB (%s); target < %.0f MiB", peak, at, targetPeakRSSMiB)})
+	return out
+}
+
+// markdown renders the report: how it was made, the table, the targets.
+func (r *result) markdown(e *env, o options) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# billing — `make bench`\n\n")
+	p("Made %s by `go run ./bench/cmd/billbench %s` (%s in all).\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(o.args, " "), r.took.Round(time.Second))
+	for _, f := range e.facts {
+		p("- %s\n", f)
+	}
+	p("- service: `bin/billing run` as a child process, default configuration except `BILLING_MAX_IN_FLIGHT`; " +
+		"`BILLING_DB_MAX_CONNS` is its default for that in-flight (in-flight/2+4, at most 64); the gateway stub answers every charge after the latency shown\n")
+	p("- each service run: a fresh topic of %d partitions, consumer group and emptied tables; the events (one per order, keyed by order id) are "+
+		"produced before the service starts and sized to last about %s at the rate of a discarded calibration run; "+
+		"events/s is measured between the samples where 10%% and 90%% of the events are final (`billing_events_total`, scraped every %s); "+
+		"peak RSS is the process's VmHWM; every run is checked: all events charged, one gateway charge and one charged invoice each, offsets committed to the end\n",
+		o.partitions, o.steady, scrapeInterval)
+	p("- pgbench ceiling: `bench/reserve_settle.sql` — the reserve and settle transactions of one event, the service's statements, `-M prepared` — "+
+		"for %s on emptied tables, with as many clients as the service has database connections at that in-flight (min(in-flight, pool)); its tps is events/s\n",
+		o.pgbenchT)
+	p("- every figure is the median of %d runs (min–max in brackets); reps are interleaved across cells; CPU is %% of one core (the host has %d), median, over the measured interval; the driver process holds the gateway stub\n\n", o.reps, runtime.NumCPU())
+
+	p("| gateway | in-flight | DB pool | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | peak RSS MiB | CPU billing / postgres / broker / driver / host |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, c := range r.cells {
+		rates := r.rates(c)
+		rate := median(rates)
+		speed := "—"
+		if one := median(r.rates(cell{c.latency, sequentialFlights})); one > 0 && c.inFlight != sequentialFlights {
+			speed = fmt.Sprintf("%.1f×", rate/one)
+		}
+		k := dbClients(c.inFlight)
+		ceil := median(r.ceiling(k))
+		pct := "—"
+		if ceil > 0 {
+			pct = fmt.Sprintf("%.0f%%", 100*rate/ceil)
+		}
+		rss := r.rssMiB(c)
+		p("| %s | %d | %d | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% |\n",
+			fmtLatency(c.latency), c.inFlight, config.DefaultDBMaxConns(c.inFlight),
+			rate, slices.Min(rates), slices.Max(rates), speed,
+			ceil, minOr0(r.ceiling(k)), maxOr0(r.ceiling(k)), k, pct,
+			median(rss), slices.Max(rss),
+			median(r.cpu(c, "billing")), median(r.cpu(c, "postgres")), median(r.cpu(c, "broker")),
+			median(r.cpu(c, "driver")), median(r.hostCPU(c)))
+	}
+	p("\n## Targets\n\n")
+	for _, ch := range r.checks() {
+		mark := "met"
+		if !ch.ok {
+			mark = "**NOT met**"
+		}
+		p("- %s: %s\n", mark, ch.text)
+	}
+	var problems []string
+	for _, c := range r.cells {
+		for _, run := range r.runs[c] {
+			for _, pr := range run.problems {
+				problems = append(problems, fmt.Sprintf("%s (%s): %s", run.name, c, pr))
+			}
+		}
+	}
+	for _, ps := range r.pgbench {
+		for _, pb := range ps {
+			if pb.failed > 0 {
+				problems = append(problems, fmt.Sprintf("pgbench -c %d: %d failed transactions", pb.clients, pb.failed))
+			}
+		}
+	}
+	p("\n## Checks of every run\n\n")
+	if len(problems) == 0 {
+		p("No problem: every measured run charged each event once, committed its offsets to the end and exited 0 on SIGTERM.\n")
+	}
+	for _, pr := range problems {
+		p("- %s\n", pr)
+	}
+	return b.String()
+}
+
+func minOr0(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return slices.Min(xs)
+}
+
+func maxOr0(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return slices.Max(xs)
+}

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/internal/gatewaystub"
+)
+
+// cell is one configuration measured: gateway latency × in-flight.
+type cell struct {
+	latency  time.Duration
+	inFlight int
+}
+
+func (c cell) String() string { return fmt.Sprintf("%s/%d", fmtLatency(c.latency), c.inFlight) }
+
+func fmtLatency(d time.Duration) string {
+	if d == 0 {
+		return "0 ms"
+	}
+	return fmt.Sprintf("%g ms", float64(d)/float64(time.Millisecond))
+}
+
+// serviceRun is one measured run of bin/billing.
+type serviceRun struct {
+	cell      cell
+	name      string
+	events    int
+	rate      float64       // events/s between 10% and 90% of the events final
+	steady    time.Duration // that interval
+	commitLag time.Duration // from the last outcome to the group's offsets committed at the end
+	hwm       int64         // VmHWM, bytes
+	cpu       cpuShare      // over the steady interval
+	problems  []string      // anything that makes the run suspect (wrong outcomes, bad exit)
+}
+
+// scrapeInterval is how often /metrics (and /proc, for CPU) is read. Both
+// ends of the measured interval are samples, so the interval only sets the
+// resolution; each scrape costs the service a little CPU, as Prometheus's
+// would, only more often.
+const scrapeInterval = 200 * time.Millisecond
+
+// runService measures one run of cell with n events.
+func runService(ctx context.Context, e *env, o options, c cell, name string, n int, expectRate float64, log *slog.Logger) (r serviceRun, err error) {
+	r = serviceRun{cell: c, name: name, events: n}
+	log = log.With(slog.String("run", name), slog.String("cell", c.String()), slog.Int("events", n))
+	if err := e.truncate(ctx); err != nil {
+		return r, err
+	}
+	topic, group := name, name
+	if err := e.kc.EnsureTopics(ctx, []kafka.TopicSpec{{Name: topic, Partitions: o.partitions}}); err != nil {
+		return r, err
+	}
+	t := time.Now()
+	if err := produce(ctx, e, topic, name, n); err != nil {
+		return r, err
+	}
+	log.Debug("events produced", slog.Duration("took", time.Since(t)))
+
+	stub := gatewaystub.New(gatewaystub.Options{Latency: c.latency})
+	gwURL, err := stub.Start()
+	if err != nil {
+		return r, err
+	}
+	defer stub.Close()
+
+	ports, err := freePorts(1)
+	if err != nil {
+		return r, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	logf, err := os.Create(filepath.Join(e.outDir, "logs", name+".log"))
+	if err != nil {
+		return r, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(e.bin, "run")
+	cmd.Env = e.serviceEnv(map[string]string{
+		"BILLING_KAFKA_TOPIC":              topic,
+		"BILLING_KAFKA_GROUP_ID":           group,
+		"BILLING_KAFKA_RETRY_TOPIC_PREFIX": topic + ".retry",
+		"BILLING_KAFKA_DLQ_TOPIC":          topic + ".dlq",
+		"BILLING_PAYMENT_BASE_URL":         gwURL,
+		"BILLING_MAX_IN_FLIGHT":            strconv.Itoa(c.inFlight),
+		"BILLING_HTTP_ADDR":                addr,
+		"BILLING_LOG_LEVEL":                "info",
+	})
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The child must not outlive a driver that is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return r, fmt.Errorf("start billing: %w", err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+
+	// Measure from billing_events_total: samples of (time, events final,
+	// CPU), the rate between the first sample at 10% of the events and the
+	// first at 90%, so that neither the start (connections, first fetches,
+	// group join) nor the tail (the last partitions draining alone) weighs
+	// in, and both ends of the interval are exact points of the curve.
+	timeout := time.Minute + time.Duration(4*float64(n)/expectRate*float64(time.Second))
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	metricsURL := "http://" + addr + "/metrics"
+	type sample struct {
+		at    time.Time
+		total float64
+		cpu   cpuSnap
+	}
+	var (
+		samples  []sample
+		outcomes map[string]float64
+	)
+	tick := time.NewTicker(scrapeInterval)
+	defer tick.Stop()
+	for len(samples) == 0 || samples[len(samples)-1].total < float64(n) {
+		select {
+		case <-ctx.Done():
+			return r, ctx.Err()
+		case err := <-exited:
+			stopped = true
+			return r, fmt.Errorf("billing exited before handling every event (%v): see %s", err, logf.Name())
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("%d events not handled within %s (%v so far): see %s", n, timeout, outcomes, logf.Name())
+		}
+		m, err := scrapeOutcomes(ctx, client, metricsURL)
+		if err != nil {
+			continue // not listening yet
+		}
+		outcomes = m
+		var total float64
+		for _, v := range m {
+			total += v
+		}
+		samples = append(samples, sample{at: time.Now(), total: total, cpu: takeCPUSnap(pid, e.brokerPID)})
+	}
+	first := func(frac float64) int {
+		for i, sm := range samples {
+			if sm.total >= frac*float64(n) {
+				return i
+			}
+		}
+		return len(samples) - 1
+	}
+	a, b := first(0.1), first(0.9)
+	if b == a { // too fast for the scrape interval: the whole run, less precise
+		a = 0
+		for a < len(samples)-1 && samples[a].total == 0 {
+			a++
+		}
+		a = max(a-1, 0)
+		b = len(samples) - 1
+	}
+	r.steady = samples[b].at.Sub(samples[a].at)
+	if r.steady > 0 {
+		r.rate = (samples[b].total - samples[a].total) / r.steady.Seconds()
+	}
+	r.cpu = share(samples[a].cpu, samples[b].cpu)
+	t1 := samples[len(samples)-1].at
+	if r.hwm, err = vmHWM(pid); err != nil {
+		return r, err
+	}
+
+	// The offsets must reach the end too: that is when the work is done.
+	for {
+		lag, err := e.kc.Lag(ctx, group, topic)
+		var sum int64
+		for _, v := range lag {
+			sum += v
+		}
+		if err == nil && sum == 0 {
+			r.commitLag = time.Since(t1)
+			break
+		}
+		if time.Since(t1) > 30*time.Second {
+			r.problems = append(r.problems, fmt.Sprintf("offsets not committed to the end 30s after the last event (lag %d, %v)", sum, err))
+			break
+		}
+		time.Sleep(scrapeInterval)
+	}
+
+	// A clean drain: SIGTERM, exit 0.
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			r.problems = append(r.problems, fmt.Sprintf("billing exited with %v after SIGTERM", err))
+		}
+	case <-time.After(40 * time.Second):
+		r.problems = append(r.problems, "billing did not exit within 40s of SIGTERM")
+	}
+
+	// Every event billed exactly once.
+	if outcomes["charged"] != float64(n) {
+		r.problems = append(r.problems, fmt.Sprintf("outcomes %v, want %d charged", outcomes, n))
+	}
+	if got := len(stub.Charges()); got != n {
+		r.problems = append(r.problems, fmt.Sprintf("gateway charges %d, want %d", got, n))
+	}
+	if charged, err := countCharged(ctx, e); err != nil || charged != n {
+		r.problems = append(r.problems, fmt.Sprintf("charged invoices %d (%v), want %d", charged, err, n))
+	}
+	for _, p := range r.problems {
+		log.Warn("run suspect", slog.String("problem", p))
+	}
+	log.Info("service run", slog.Float64("events_per_s", round1(r.rate)), slog.Duration("steady", r.steady.Round(time.Millisecond)),
+		slog.Float64("rss_mib", round1(float64(r.hwm)/(1<<20))), slog.Duration("commit_lag", r.commitLag.Round(time.Millisecond)))
+	return r, nil
+}
+
+// produce writes n distinct valid events to topic, keyed by order id.
+func produce(ctx context.Context, e *env, topic, prefix string, n int) error {
+	w := &kafkago.Writer{
+		Addr:                   kafkago.TCP(e.brokers...),
+		Topic:                  topic,
+		Balancer:               &kafkago.Hash{},
+		BatchSize:              1000,
+		BatchBytes:             4 << 20,
+		BatchTimeout:           5 * time.Millisecond,
+		RequiredAcks:           kafkago.RequireAll,
+		AllowAutoTopicCreation: false,
+		Transport:              e.kc.Transport(),
+	}
+	defer w.Close()
+	now := time.Now().UTC()
+	const chunk = 5000
+	msgs := make([]kafkago.Message, 0, chunk)
+	for i := range n {
+		evt, err := order.NewOrderConfirmedEvent(order.Order{
+			ID:          fmt.Sprintf("%s-ord-%07d", prefix, i),
+			CustomerID:  fmt.Sprintf("cus-%d", i%997),
+			TotalAmount: 1000 + int64(i%9000),
+			Currency:    "EUR",
+			ConfirmedAt: now,
+		})
+		if err != nil {
+			return err
+		}
+		b, err := order.Encode(evt)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, kafkago.Message{Key: []byte(evt.OrderID), Value: b})
+		if len(msgs) == chunk || i == n-1 {
+			if err := w.WriteMessages(ctx, msgs...); err != nil {
+				return fmt.Errorf("produce to %s: %w", topic, err)
+			}
+			msgs = msgs[:0]
+		}
+	}
+	return nil
+}
+
+// scrapeOutcomes reads billing_events_total by outcome from /metrics.
+func scrapeOutcomes(ctx context.Context, client *http.Client, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	const prefix = `billing_events_total{outcome="`
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		label, value, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric %q: %w", sc.Text(), err)
+		}
+		out[label] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no billing_events_total in /metrics")
+	}
+	return out, nil
+}
+
+func countCharged(ctx context.Context, e *env) (int, error) {
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM invoice WHERE status = 'charged'`).Scan(&n)
+	return n, err
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
