@@ -125,7 +125,10 @@ func TestNewCluster(t *testing.T) {
 	if c.Port() == 0 {
 		t.Error("Port() = 0")
 	}
-	if server.cluster == c {
+	server.mu.Lock() // the shared cluster may be starting for a parallel test
+	shared := server.cluster
+	server.mu.Unlock()
+	if shared == c {
 		t.Error("NewCluster returned the shared cluster, want a private one")
 	}
 }
