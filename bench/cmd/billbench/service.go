@@ -142,14 +142,14 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	for len(samples) == 0 || samples[len(samples)-1].total < float64(n) {
 		select {
 		case <-ctx.Done():
-			return r, ctx.Err()
+			return r, fmt.Errorf("%w with %v of %d events final; the service's log ends:\n%s", ctx.Err(), outcomes, n, logTail(logf.Name()))
 		case err := <-exited:
 			stopped = true
-			return r, fmt.Errorf("billing exited before handling every event (%v): see %s", err, logf.Name())
+			return r, fmt.Errorf("billing exited before handling every event (%v); its log ends:\n%s", err, logTail(logf.Name()))
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
-			return r, fmt.Errorf("%d events not handled within %s (%v so far): see %s", n, timeout, outcomes, logf.Name())
+			return r, fmt.Errorf("%d events not handled within %s (%v so far); its log ends:\n%s", n, timeout, outcomes, logTail(logf.Name()))
 		}
 		m, err := scrapeOutcomes(ctx, client, metricsURL)
 		if err != nil {
@@ -334,3 +334,13 @@ func countCharged(ctx context.Context, e *env) (int, error) {
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// logTail returns the last lines of a service log, for an error message.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-20, 0):], "\n")
+}
