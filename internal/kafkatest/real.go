@@ -1,33 +1,17 @@
 package kafkatest
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/acme/billing/internal/kafkabroker"
 )
-
-// errNoBroker marks a real broker that cannot start because the machine
-// lacks what it needs (jars or java): a skip, unless BILLING_E2E=1.
-var errNoBroker = errors.New("no real Kafka broker")
-
-// realBroker is a broker started by scripts/kafka.sh from a data directory.
-type realBroker struct {
-	script string
-	dir    string
-	addr   string
-	log    string // what kafka.sh start printed
-}
 
 // NewReal starts a real Apache Kafka broker (single node, KRaft) on a free
 // loopback port with scripts/kafka.sh, in a temporary directory, and stops it
@@ -41,13 +25,13 @@ func NewReal(t testing.TB) *Cluster {
 	if err != nil {
 		skipOrFatal(t, err)
 	}
-	t.Log(b.log)
+	t.Log(b.Log)
 	t.Cleanup(func() {
-		if err := b.stop(); err != nil {
+		if err := b.Stop(); err != nil {
 			t.Errorf("kafkatest: %v", err)
 		}
 	})
-	return &Cluster{brokers: []string{b.addr}}
+	return &Cluster{brokers: []string{b.Addr()}}
 }
 
 // shared is the broker SharedReal starts once per test binary; [Main] or
@@ -55,7 +39,7 @@ func NewReal(t testing.TB) *Cluster {
 var shared struct {
 	once   sync.Once
 	mu     sync.Mutex
-	broker *realBroker
+	broker *kafkabroker.Broker
 	dir    string
 	err    error
 }
@@ -77,7 +61,7 @@ func SharedReal(t testing.TB) *Cluster {
 			shared.broker, shared.err = startReal(shared.dir)
 		}
 		if shared.err == nil {
-			t.Log(shared.broker.log)
+			t.Log(shared.broker.Log)
 		}
 	})
 	shared.mu.Lock()
@@ -88,7 +72,7 @@ func SharedReal(t testing.TB) *Cluster {
 	if shared.broker == nil {
 		t.Fatal("kafkatest: SharedReal called after StopShared")
 	}
-	return &Cluster{brokers: []string{shared.broker.addr}}
+	return &Cluster{brokers: []string{shared.broker.Addr()}}
 }
 
 // StopShared stops the broker [SharedReal] started, if any, and removes its
@@ -98,7 +82,7 @@ func StopShared() error {
 	defer shared.mu.Unlock()
 	var err error
 	if shared.broker != nil {
-		err = shared.broker.stop()
+		err = shared.broker.Stop()
 		shared.broker = nil
 	}
 	if shared.dir != "" {
@@ -130,66 +114,19 @@ func Main(m *testing.M, leakOpts ...goleak.Option) {
 
 func skipOrFatal(t testing.TB, err error) {
 	t.Helper()
-	if errors.Is(err, errNoBroker) && os.Getenv("BILLING_E2E") != "1" {
+	if errors.Is(err, kafkabroker.ErrUnavailable) && os.Getenv("BILLING_E2E") != "1" {
 		t.Skipf("kafkatest: %v (set BILLING_E2E=1 to make this a failure)", err)
 	}
 	t.Fatalf("kafkatest: %v", err)
 }
 
-// startReal runs scripts/kafka.sh start in dir on free ports.
-func startReal(dir string) (*realBroker, error) {
+// startReal starts a broker in dir with the repository's scripts/kafka.sh.
+func startReal(dir string) (*kafkabroker.Broker, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
 	}
-	script := filepath.Join(root, "scripts", "kafka.sh")
-	if _, err := exec.LookPath("java"); err != nil {
-		return nil, fmt.Errorf("%w: java not found (scripts/deps.sh installs it)", errNoBroker)
-	}
-	if out, err := exec.Command("bash", script, "libs").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%w: %s", errNoBroker, bytes.TrimSpace(out))
-	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", script, "start", dir, strconv.Itoa(ports[0]), strconv.Itoa(ports[1]))
-	// The watchdog in kafka.sh kills the broker if this process dies
-	// before its cleanup runs (a panic, or go test's -timeout).
-	cmd.Env = append(os.Environ(), "KAFKA_OWNER_PID="+strconv.Itoa(os.Getpid()))
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("start broker: %v\n%s", err, out)
-	}
-	return &realBroker{script: script, dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), log: string(out)}, nil
-}
-
-func (b *realBroker) stop() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", b.script, "stop", b.dir)
-	cmd.WaitDelay = 5 * time.Second
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("stop broker in %s: %v\n%s", b.dir, err, out)
-	}
-	return nil
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return kafkabroker.Start(root, dir)
 }
 
 // repoRoot walks up from the working directory (a package directory under

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/internal/kafkabroker"
 	"github.com/acme/billing/internal/pgcluster"
 )
 
@@ -90,7 +88,7 @@ func startEnv(ctx context.Context, o options, log *slog.Logger) (e *env, err err
 	}
 
 	t = time.Now()
-	if err := e.startBroker(ctx, o.broker); err != nil {
+	if err := e.startBroker(o.broker); err != nil {
 		return nil, err
 	}
 	log.Info("broker started", slog.String("kind", e.brokerKind), slog.Duration("took", time.Since(t)))
@@ -120,62 +118,33 @@ func (e *env) createDatabase(ctx context.Context) error {
 	return nil
 }
 
-// startBroker starts the real broker with scripts/kafka.sh when its jars
-// are there (or kind is "real"), else an in-process kfake cluster.
-func (e *env) startBroker(ctx context.Context, kind string) error {
-	script := filepath.Join(e.root, "scripts", "kafka.sh")
-	libs, libsErr := exec.CommandContext(ctx, "bash", script, "libs").CombinedOutput()
-	_, javaErr := exec.LookPath("java")
-	if kind == "kfake" || (kind == "auto" && (libsErr != nil || javaErr != nil)) {
-		why := "-broker kfake"
-		if kind == "auto" {
-			why = "real broker unavailable: " + strings.TrimSpace(string(libs))
-			if javaErr != nil {
-				why = "real broker unavailable: no java"
-			}
+// startBroker starts the real broker with scripts/kafka.sh, or an
+// in-process kfake cluster when kind is "kfake", or "auto" and the machine
+// cannot run the real one (no jars, no java).
+func (e *env) startBroker(kind string) error {
+	why := "-broker kfake"
+	if kind != "kfake" {
+		b, err := kafkabroker.Start(e.root, filepath.Join(e.workDir, "kafka"))
+		if err == nil {
+			e.brokers = []string{b.Addr()}
+			e.brokerKind = "Apache " + strings.Replace(b.Version, "kafka-", "Kafka ", 1) +
+				", real single-node KRaft broker started by scripts/kafka.sh (JVM flags of kafka.sh: -XX:TieredStopAtLevel=1, SerialGC, heap ≤512 MiB)"
+			e.brokerPID = b.PID()
+			e.stopBroker = b.Stop
+			return nil
 		}
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			return fmt.Errorf("start kfake: %w", err)
+		if kind == "real" || !errors.Is(err, kafkabroker.ErrUnavailable) {
+			return fmt.Errorf("real broker: %w", err)
 		}
-		e.brokers = c.ListenAddrs()
-		e.brokerKind = "kfake (franz-go in-process fake, inside the driver process) — NOT the real broker (" + why + ")"
-		e.stopBroker = func() error { c.Close(); return nil }
-		return nil
+		why = err.Error()
 	}
-	if libsErr != nil {
-		return fmt.Errorf("real broker: %s", bytes.TrimSpace(libs))
-	}
-	ports, err := freePorts(2)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
-		return err
+		return fmt.Errorf("start kfake: %w", err)
 	}
-	dir := filepath.Join(e.workDir, "kafka")
-	cmd := exec.CommandContext(ctx, "bash", script, "start", dir, strconv.Itoa(ports[0]), strconv.Itoa(ports[1]))
-	// kafka.sh's watchdog stops the broker if this process dies first.
-	cmd.Env = append(os.Environ(), "KAFKA_OWNER_PID="+strconv.Itoa(os.Getpid()))
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("start broker: %w\n%s", err, out)
-	}
-	e.brokers = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
-	version := filepath.Base(filepath.Dir(strings.TrimSpace(string(libs)))) // kafka-4.1.1
-	e.brokerKind = "Apache " + strings.Replace(version, "kafka-", "Kafka ", 1) +
-		", real single-node KRaft broker started by scripts/kafka.sh (JVM flags of kafka.sh: -XX:TieredStopAtLevel=1, SerialGC, heap ≤512 MiB)"
-	if b, err := os.ReadFile(filepath.Join(dir, "kafka.pid")); err == nil {
-		e.brokerPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	}
-	e.stopBroker = func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		c := exec.CommandContext(sctx, "bash", script, "stop", dir)
-		c.WaitDelay = 5 * time.Second
-		if out, err := c.CombinedOutput(); err != nil {
-			return fmt.Errorf("stop broker: %w\n%s", err, out)
-		}
-		return nil
-	}
+	e.brokers = c.ListenAddrs()
+	e.brokerKind = "kfake (franz-go in-process fake, inside the driver process) — NOT the real broker (" + why + ")"
+	e.stopBroker = func() error { c.Close(); return nil }
 	return nil
 }
 
@@ -278,18 +247,4 @@ func (e *env) close(log *slog.Logger) {
 			log.Warn("remove work dir", slog.String("error", err.Error()))
 		}
 	}
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

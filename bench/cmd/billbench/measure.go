@@ -39,6 +39,7 @@ type pgbenchRun struct {
 // runs); a measured run is sized to last o.steady at the calibrated rate.
 const (
 	calibrationEvents = 300
+	maxCalibrations   = 5
 	minEvents         = 300
 	maxEvents         = 200_000
 )
@@ -72,18 +73,25 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 		// A short run underrates a fast cell (the first fetches and
 		// connections weigh in it), so calibrate until a run lasts at
 		// least a third of the steady state aimed at.
-		n, rate := calibrationEvents, 20.0
-		for {
+		n, rate, measured := calibrationEvents, 20.0, false
+		for try := 1; ; try++ {
 			r, err := runService(ctx, e, o, c, name(c, "cal"), n, rate, log)
 			if err != nil {
 				return nil, fmt.Errorf("calibrate %s: %w", c, err)
 			}
 			e.deleteTopics(ctx, r.name, log)
-			rate = max(r.rate, 1)
-			if r.steady >= o.steady/3 || n >= maxEvents {
+			if r.rate > 0 {
+				rate, measured = r.rate, true
+			}
+			if (measured && r.steady >= o.steady/3) || n >= maxEvents || try == maxCalibrations {
 				break
 			}
-			n = min(int(rate*o.steady.Seconds()/2), maxEvents)
+			// Too short to measure well, or at all (every event final
+			// before the first scrape): more events, at least twice as many.
+			n = min(max(2*n, int(rate*o.steady.Seconds()/2)), maxEvents)
+		}
+		if !measured { // every run too fast to see: assume the last took a second
+			rate = float64(n)
 		}
 		expect[c] = rate
 	}

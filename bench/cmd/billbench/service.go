@@ -21,6 +21,7 @@ import (
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/gatewaystub"
+	"github.com/acme/billing/internal/kafkabroker"
 )
 
 // cell is one configuration measured: gateway latency × in-flight.
@@ -81,7 +82,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	}
 	defer stub.Close()
 
-	ports, err := freePorts(1)
+	ports, err := kafkabroker.FreePorts(1)
 	if err != nil {
 		return r, err
 	}
@@ -184,6 +185,9 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		r.rate = (samples[b].total - samples[a].total) / r.steady.Seconds()
 	}
 	r.cpu = share(samples[a].cpu, samples[b].cpu)
+	if r.rate == 0 {
+		r.problems = append(r.problems, "every event was final before the second scrape: too short to measure (raise -steady)")
+	}
 	t1 := samples[len(samples)-1].at
 	if r.hwm, err = vmHWM(pid); err != nil {
 		return r, err

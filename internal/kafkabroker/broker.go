@@ -1,0 +1,104 @@
+// Package kafkabroker runs a real Apache Kafka broker (single node, KRaft)
+// with scripts/kafka.sh, for the tests (internal/kafkatest) and `make bench`.
+package kafkabroker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrUnavailable marks a broker that cannot start because the machine lacks
+// what it needs (the jars, or java).
+var ErrUnavailable = errors.New("no real Kafka broker")
+
+// Broker is a broker started by scripts/kafka.sh from a data directory.
+type Broker struct {
+	script string
+	dir    string
+	addr   string
+	// Log is what kafka.sh start printed.
+	Log string
+	// Version is the directory of the jars, e.g. "kafka-4.1.1".
+	Version string
+}
+
+// Start starts a broker with root/scripts/kafka.sh in dir, on free loopback
+// ports. kafka.sh's watchdog stops it if this process dies before Stop.
+func Start(root, dir string) (*Broker, error) {
+	script := filepath.Join(root, "scripts", "kafka.sh")
+	if _, err := exec.LookPath("java"); err != nil {
+		return nil, fmt.Errorf("%w: java not found (scripts/deps.sh installs it)", ErrUnavailable)
+	}
+	libs, err := exec.Command("bash", script, "libs").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, bytes.TrimSpace(libs))
+	}
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", script, "start", dir, strconv.Itoa(ports[0]), strconv.Itoa(ports[1]))
+	cmd.Env = append(os.Environ(), "KAFKA_OWNER_PID="+strconv.Itoa(os.Getpid()))
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("start broker: %v\n%s", err, out)
+	}
+	return &Broker{
+		script:  script,
+		dir:     dir,
+		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		Log:     string(out),
+		Version: filepath.Base(filepath.Dir(strings.TrimSpace(string(libs)))),
+	}, nil
+}
+
+// Addr is the broker's host:port.
+func (b *Broker) Addr() string { return b.addr }
+
+// PID is the broker's process id (kafka.sh writes it to kafka.pid), or 0.
+func (b *Broker) PID() int {
+	raw, err := os.ReadFile(filepath.Join(b.dir, "kafka.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	return pid
+}
+
+// Stop stops the broker and waits for it to exit.
+func (b *Broker) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", b.script, "stop", b.dir)
+	cmd.WaitDelay = 5 * time.Second
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("stop broker in %s: %v\n%s", b.dir, err, out)
+	}
+	return nil
+}
+
+// FreePorts returns n distinct loopback ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
