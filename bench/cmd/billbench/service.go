@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,6 +51,9 @@ type serviceRun struct {
 	hwm       int64         // VmHWM, bytes
 	cpu       cpuShare      // over the steady interval
 	problems  []string      // anything that makes the run suspect (wrong outcomes, bad exit)
+
+	meanHandle  time.Duration // mean time an event is in flight, over the interval
+	meanGateway time.Duration // mean gateway call, over the interval
 }
 
 // scrapeInterval is how often /metrics (and /proc, for CPU) is read. Both
@@ -130,9 +134,10 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	client := &http.Client{Timeout: 2 * time.Second}
 	metricsURL := "http://" + addr + "/metrics"
 	type sample struct {
-		at    time.Time
-		total float64
-		cpu   cpuSnap
+		at     time.Time
+		total  float64
+		cpu    cpuSnap
+		series map[string]float64
 	}
 	var (
 		samples  []sample
@@ -152,7 +157,8 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		if time.Now().After(deadline) {
 			return r, fmt.Errorf("%d events not handled within %s (%v so far); its log ends:\n%s", n, timeout, outcomes, logTail(logf.Name()))
 		}
-		m, err := scrapeOutcomes(ctx, client, metricsURL)
+		series := map[string]float64{}
+		m, err := scrapeOutcomes(ctx, client, metricsURL, series)
 		if err != nil {
 			continue // not listening yet
 		}
@@ -161,7 +167,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		for _, v := range m {
 			total += v
 		}
-		samples = append(samples, sample{at: time.Now(), total: total, cpu: takeCPUSnap(pid, e.brokerPID)})
+		samples = append(samples, sample{at: time.Now(), total: total, cpu: takeCPUSnap(pid, e.brokerPID), series: series})
 	}
 	first := func(frac float64) int {
 		for i, sm := range samples {
@@ -185,6 +191,15 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		r.rate = (samples[b].total - samples[a].total) / r.steady.Seconds()
 	}
 	r.cpu = share(samples[a].cpu, samples[b].cpu)
+	mean := func(name string) time.Duration {
+		sum := samples[b].series[name+"_sum"] - samples[a].series[name+"_sum"]
+		count := samples[b].series[name+"_count"] - samples[a].series[name+"_count"]
+		if count <= 0 {
+			return 0
+		}
+		return time.Duration(sum / count * float64(time.Second))
+	}
+	r.meanHandle, r.meanGateway = mean("billing_handle_duration_seconds"), mean("billing_payment_duration_seconds")
 	if r.rate == 0 {
 		r.problems = append(r.problems, "every event was final before the second scrape: too short to measure (raise -steady)")
 	}
@@ -284,8 +299,16 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int) error {
 	return nil
 }
 
-// scrapeOutcomes reads billing_events_total by outcome from /metrics.
-func scrapeOutcomes(ctx context.Context, client *http.Client, url string) (map[string]float64, error) {
+// meanSeries are the histogram sums and counts scraped beside the outcomes,
+// for the mean time an event is in flight and a gateway call takes.
+var meanSeries = []string{
+	"billing_handle_duration_seconds_sum", "billing_handle_duration_seconds_count",
+	"billing_payment_duration_seconds_sum", "billing_payment_duration_seconds_count",
+}
+
+// scrapeOutcomes reads billing_events_total by outcome from /metrics, and
+// the meanSeries into series.
+func scrapeOutcomes(ctx context.Context, client *http.Client, url string, series map[string]float64) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -303,6 +326,12 @@ func scrapeOutcomes(ctx context.Context, client *http.Client, url string) (map[s
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	const prefix = `billing_events_total{outcome="`
 	for sc.Scan() {
+		if name, value, ok := strings.Cut(sc.Text(), " "); ok && slices.Contains(meanSeries, name) {
+			if v, err := strconv.ParseFloat(value, 64); err == nil {
+				series[name] = v
+			}
+			continue
+		}
 		rest, ok := strings.CutPrefix(sc.Text(), prefix)
 		if !ok {
 			continue
