@@ -322,10 +322,7 @@ func TestMigratePartitionsConcurrentWithInserts(t *testing.T) {
 	applyFoundation(ctx, t, pool)
 
 	const n = 200
-	ids := make([]uuid.UUID, n)
-	for i := range ids {
-		ids[i] = newEventID(t)
-	}
+	ids := newEventIDs(t, n)
 	var (
 		wg      sync.WaitGroup
 		migrErr error

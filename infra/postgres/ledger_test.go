@@ -90,10 +90,7 @@ func TestReserveConcurrent(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
 	const events = 10
-	ids := make([]uuid.UUID, events)
-	for i := range ids {
-		ids[i] = newEventID(t)
-	}
+	ids := newEventIDs(t, events)
 
 	var (
 		wg    sync.WaitGroup

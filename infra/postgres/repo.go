@@ -7,6 +7,7 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/acme/billing/core/order"
@@ -29,13 +30,25 @@ func (DedupRepo) TryInsert(ctx context.Context, tx pgx.Tx, eventID uuid.UUID, gr
 	tag, err := tx.Exec(ctx,
 		sqlInsertProcessed, pgtype.UUID{Bytes: eventID, Valid: true}, group)
 	if isDefaultPartitionRace(err) {
-		return false, &order.TransientError{Op: "insert processed_event " + eventID.String(),
-			Err: fmt.Errorf("its day partition was attached concurrently: %w", err)}
+		return false, partitionRaceError(eventID, err)
 	}
 	if err != nil {
 		return false, translate(ctx, fmt.Errorf("insert processed_event %s: %w", eventID, err))
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// partitionRaceError is the *order.TransientError of an insert of eventID
+// that lost the race with the attachment of its day partition.
+func partitionRaceError(eventID uuid.UUID, err error) error {
+	return &order.TransientError{Op: "insert processed_event " + eventID.String(),
+		Err: fmt.Errorf("its day partition was attached concurrently: %w", err)}
+}
+
+// execer is what runs one statement: a transaction (pgx.Tx), or the pool
+// for a statement committed on its own.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // InvoiceRepo reads and writes invoice, one row per order. Its zero value is
@@ -96,7 +109,7 @@ var errNotFinal = errors.New("status is not final")
 // Settle moves the order's invoice from pending to status (charged or
 // declined), recording chargeID (NULL when ""), and reports whether it did:
 // false when the invoice was already final or does not exist.
-func (InvoiceRepo) Settle(ctx context.Context, tx pgx.Tx, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
+func (InvoiceRepo) Settle(ctx context.Context, tx execer, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
 	if !status.Final() {
 		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", orderID, status, errNotFinal))
 	}

@@ -33,6 +33,16 @@ func newEventID(t *testing.T) uuid.UUID {
 	return id
 }
 
+// newEventIDs returns n fresh UUIDv7 event ids.
+func newEventIDs(t *testing.T, n int) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = newEventID(t)
+	}
+	return ids
+}
+
 // inTx runs fn in a pgx transaction of pool and commits it.
 func inTx(ctx context.Context, t *testing.T, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
 	t.Helper()

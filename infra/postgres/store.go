@@ -85,8 +85,7 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 		return s.pool.SendBatch(ctx, b).Close()
 	})
 	if isDefaultPartitionRace(err) {
-		return r, &order.TransientError{Op: "insert processed_event " + inv.EventID.String(),
-			Err: fmt.Errorf("its day partition was attached concurrently: %w", err)}
+		return r, partitionRaceError(inv.EventID, err)
 	}
 	if err != nil {
 		return r, translate(ctx, fmt.Errorf("reserve order %s event %s: %w", inv.OrderID, inv.EventID, err))
@@ -94,22 +93,16 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 	return r, nil
 }
 
-// Settle is the settle transaction of order.Ledger: one UPDATE, committed
-// on its own.
+// Settle is the settle transaction of order.Ledger: InvoiceRepo.Settle's
+// UPDATE, committed on its own.
 func (s *Store) Settle(ctx context.Context, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
-	if !status.Final() {
-		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", orderID, status, errNotFinal))
-	}
 	var settled bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlSettle, orderID, string(status), chargeID)
-		settled = tag.RowsAffected() == 1
+		var err error
+		settled, err = s.invoices.Settle(ctx, s.pool, orderID, status, chargeID)
 		return err
 	})
-	if err != nil {
-		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", orderID, err))
-	}
-	return settled, nil
+	return settled, translate(ctx, err)
 }
 
 // InTx runs fn in one transaction (read committed), committing when fn
