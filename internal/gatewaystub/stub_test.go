@@ -501,3 +501,19 @@ func TestConcurrentKeysChargeOnce(t *testing.T) {
 		t.Errorf("%d calls recorded, want %d", n, orders*perKey)
 	}
 }
+
+func TestNoCallLog(t *testing.T) {
+	t.Parallel()
+	s, base := start(t, Options{NoCallLog: true})
+	c := newHTTPClient(t)
+	mustPost(t, c, base, "k-1", body("ord-1", "cus-1"), nil)
+	if r := mustPost(t, c, base, "k-1", body("ord-1", "cus-1"), nil); r.status != http.StatusOK {
+		t.Errorf("replay = %d, want 200: the key is still remembered", r.status)
+	}
+	if n := len(s.Calls()); n != 0 {
+		t.Errorf("%d calls logged, want none", n)
+	}
+	if ch := s.Charges(); len(ch) != 1 || ch[0].OrderID != "ord-1" {
+		t.Errorf("charges %+v, want the one charge of ord-1", ch)
+	}
+}
