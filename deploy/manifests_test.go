@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -51,7 +52,7 @@ const (
 
 // goRuntimeEnv lists environment variables the manifests may set that are not
 // billing configuration but read by the Go runtime itself.
-var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true}
+var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true, "GOMAXPROCS": true}
 
 // serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor that
 // the manifests use; decoding is strict, so a field outside it fails.
@@ -416,6 +417,36 @@ func TestDeploymentContract(t *testing.T) {
 		}
 		if !spread {
 			t.Errorf("no topologySpreadConstraint on kubernetes.io/hostname")
+		}
+	})
+}
+
+// TestGoRuntimeFollowsLimits: GOMEMLIMIT and GOMAXPROCS come from the
+// container's own limits, so that changing a limit in an overlay moves them
+// too. (A resourceFieldRef of limits.cpu rounds up to whole CPUs.)
+func TestGoRuntimeFollowsLimits(t *testing.T) {
+	t.Parallel()
+	want := map[string]string{"GOMEMLIMIT": "limits.memory", "GOMAXPROCS": "limits.cpu"}
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		c := get[appsv1.Deployment](t, r, "Deployment", appName).Spec.Template.Spec.Containers[0]
+		got := map[string]string{}
+		for _, ev := range c.Env {
+			if _, ok := want[ev.Name]; !ok {
+				continue
+			}
+			ref := ev.ValueFrom
+			if ev.Value != "" || ref == nil || ref.ResourceFieldRef == nil {
+				t.Errorf("%s: %+v, want a resourceFieldRef", ev.Name, ev)
+				continue
+			}
+			f := ref.ResourceFieldRef
+			if (f.ContainerName != "" && f.ContainerName != c.Name) || !f.Divisor.IsZero() && f.Divisor.Cmp(resource.MustParse("1")) != 0 {
+				t.Errorf("%s: %+v, want this container's limit in whole units", ev.Name, f)
+			}
+			got[ev.Name] = f.Resource
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Go runtime variables from resources: got %v, want %v", got, want)
 		}
 	})
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +39,8 @@ type env struct {
 	stopBroker func() error
 	kc         *kafka.Conn
 
-	facts []string // machine facts for the report
+	runtime map[string]string // the Go runtime variables the Deployment gives the pod
+	facts   []string          // machine facts for the report
 }
 
 func startEnv(ctx context.Context, o options, log *slog.Logger) (e *env, err error) {
@@ -51,6 +54,9 @@ func startEnv(ctx context.Context, o options, log *slog.Logger) (e *env, err err
 	}
 	if _, err := os.Stat(e.bin); err != nil {
 		return nil, fmt.Errorf("binary %s: %w (make build)", e.bin, err)
+	}
+	if e.runtime, err = runtimeEnv(deploymentPath(e.root)); err != nil {
+		return nil, err
 	}
 	e.outDir = filepath.Dir(o.out)
 	if !filepath.IsAbs(e.outDir) {
@@ -162,6 +168,9 @@ func (e *env) serviceEnv(extra map[string]string) []string {
 		"BILLING_DATABASE_URL="+e.dsn,
 		"BILLING_PAYMENT_BASE_URL=http://127.0.0.1:1",
 	)
+	for k, v := range e.runtime {
+		out = append(out, k+"="+v)
+	}
 	for k, v := range extra {
 		out = append(out, k+"="+v)
 	}
@@ -209,6 +218,7 @@ func (e *env) collectFacts(ctx context.Context) error {
 			version, fsync, syncCommit, fpw, walSync, sharedBuffers),
 		"pgbench: " + strings.TrimSpace(string(pgbenchVer)),
 		"broker: " + e.brokerKind,
+		fmt.Sprintf("the service runs with %s, which %s gives the pod from its limits", fmtEnv(e.runtime), deployment),
 		"everything (Postgres, broker, gateway stub, producer, pgbench and the service) shares these CPUs",
 	}
 	return nil
@@ -247,4 +257,16 @@ func (e *env) close(log *slog.Logger) {
 			log.Warn("remove work dir", slog.String("error", err.Error()))
 		}
 	}
+}
+
+// fmtEnv formats variables as sorted NAME=value pairs.
+func fmtEnv(m map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+"="+m[k])
+	}
+	if len(out) == 0 {
+		return "no Go runtime variables"
+	}
+	return strings.Join(out, " ")
 }

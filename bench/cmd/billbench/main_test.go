@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +125,46 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []string{"| 0 ms | 2 | 5 |", "pgbench ceiling", "NOT the real broker", "No problem: every measured run"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestRuntimeEnv(t *testing.T) {
+	got, err := runtimeEnv(deploymentPath("../../.."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The values of deploy/base/deployment.yaml: limits.cpu "1", limits.memory 256Mi.
+	want := map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": strconv.Itoa(256 << 20)}
+	if !maps.Equal(got, want) {
+		t.Errorf("runtimeEnv = %v, want %v", got, want)
+	}
+
+	dir := t.TempDir()
+	manifest := func(cpu string) string {
+		p := filepath.Join(dir, cpu+".yaml")
+		doc := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: billing}
+spec:
+  template:
+    spec:
+      containers:
+        - name: billing
+          env:
+            - name: GOMAXPROCS
+              valueFrom: {resourceFieldRef: {resource: limits.cpu}}
+          resources: {limits: {cpu: "` + cpu + `"}}
+`
+		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for cpu, want := range map[string]string{"250m": "1", "1500m": "2", "4": "4"} {
+		got, err := runtimeEnv(manifest(cpu))
+		if err != nil || got["GOMAXPROCS"] != want {
+			t.Errorf("limits.cpu %s: GOMAXPROCS %q (%v), want %s", cpu, got["GOMAXPROCS"], err, want)
 		}
 	}
 }
