@@ -122,6 +122,8 @@ type Stub struct {
 	done      chan struct{} // closed by Close: ends every wait
 	closeOnce sync.Once
 
+	lean leanServer // StartLean's server, instead of srv
+
 	mu       sync.Mutex
 	latency  time.Duration
 	fault    func(Call, int) Fault
@@ -158,7 +160,7 @@ func New(opts Options) *Stub {
 func (s *Stub) Start() (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil {
+	if s.srv != nil || s.lean.started() {
 		return "", errors.New("gateway stub: already started")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -185,6 +187,7 @@ const closeTimeout = 5 * time.Second
 func (s *Stub) Close() {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		s.lean.close()
 		s.mu.Lock()
 		srv, serveErr := s.srv, s.serveErr
 		s.mu.Unlock()
@@ -289,14 +292,25 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		msg = validate(call.Key, body)
 	}
 	if msg != "" {
-		rep := reply{status: http.StatusBadRequest, body: errorBody{Error: "invalid_request", Message: msg}}
-		if msg == tooLarge {
-			rep.status = http.StatusRequestEntityTooLarge
-		}
-		s.finish(w, call, rep)
+		s.finish(w, call, invalid(msg))
 		return
 	}
 
+	rep, reset := s.charge(r.Context(), call, body)
+	switch {
+	case rep.status == 0: // closed or client gone while waiting
+	case reset:
+		s.reset(w, call, rep)
+	default:
+		s.finish(w, call, rep)
+	}
+}
+
+// charge runs a valid request: counts it, asks the fault hook, waits the
+// latency and applies the idempotency rules. It returns the reply, with
+// status 0 when there is none to give (the stub closed, or the client left
+// while waiting), and whether the connection is to be reset instead.
+func (s *Stub) charge(ctx context.Context, call Call, body Body) (reply, bool) {
 	s.mu.Lock()
 	s.requests[call.Key]++
 	n, faultFn, latency := s.requests[call.Key], s.fault, s.latency
@@ -308,22 +322,13 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	wait := latency + fault.Delay
 
 	if fault.Status != 0 {
-		if !s.wait(r.Context(), wait) {
-			return
+		if !s.wait(ctx, wait) {
+			return reply{}, false
 		}
-		s.finish(w, call, reply{status: fault.Status, body: errorBody{Error: "injected_fault", Message: http.StatusText(fault.Status)}})
-		return
+		return reply{status: fault.Status, body: errorBody{Error: "injected_fault", Message: http.StatusText(fault.Status)}}, false
 	}
-
-	rep := s.execute(r.Context(), call.Key, body, wait)
-	if rep.status == 0 { // closed or client gone while waiting
-		return
-	}
-	if fault.ResetAfterCharge {
-		s.reset(w, call, rep)
-		return
-	}
-	s.finish(w, call, rep)
+	rep := s.execute(ctx, call.Key, body, wait)
+	return rep, fault.ResetAfterCharge && rep.status != 0
 }
 
 // execute applies the idempotency rules and, for the first request of a
@@ -468,6 +473,15 @@ func writeJSON(w http.ResponseWriter, rep reply) {
 
 const tooLarge = "request body over 1 MiB"
 
+// invalid is the reply to a request that says msg is wrong with it.
+func invalid(msg string) reply {
+	rep := reply{status: http.StatusBadRequest, body: errorBody{Error: "invalid_request", Message: msg}}
+	if msg == tooLarge {
+		rep.status = http.StatusRequestEntityTooLarge
+	}
+	return rep
+}
+
 // readBody decodes the request body; the message says why it could not.
 func readBody(w http.ResponseWriter, r *http.Request) (Body, string) {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
@@ -478,7 +492,12 @@ func readBody(w http.ResponseWriter, r *http.Request) (Body, string) {
 		}
 		return Body{}, "cannot read request body"
 	}
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+	return parseBody(r.Header.Get("Content-Type"), raw)
+}
+
+// parseBody decodes a request body of content type ct.
+func parseBody(ct string, raw []byte) (Body, string) {
+	if !strings.HasPrefix(ct, "application/json") {
 		return Body{}, "Content-Type must be application/json"
 	}
 	var b Body

@@ -23,13 +23,34 @@ func TestMain(m *testing.M) {
 // start runs a stub for one test and closes it at the end.
 func start(t *testing.T, opts Options) (*Stub, string) {
 	t.Helper()
+	return startOn(t, opts, (*Stub).Start)
+}
+
+// startFunc starts a stub for one test: start, or the same on StartLean.
+type startFunc func(*testing.T, Options) (*Stub, string)
+
+func startOn(t *testing.T, opts Options, serve func(*Stub) (string, error)) (*Stub, string) {
+	t.Helper()
 	s := New(opts)
-	base, err := s.Start()
+	base, err := serve(s)
 	if err != nil {
-		t.Fatalf("Start: %v", err)
+		t.Fatalf("start: %v", err)
 	}
 	t.Cleanup(s.Close)
 	return s, base
+}
+
+// forBothServers runs test against a stub served by net/http (Start) and by
+// the lean server (StartLean): both must behave the same.
+func forBothServers(t *testing.T, test func(*testing.T, startFunc)) {
+	t.Parallel()
+	servers := map[string]func(*Stub) (string, error){"net-http": (*Stub).Start, "lean": (*Stub).StartLean}
+	for name, serve := range servers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, func(t *testing.T, opts Options) (*Stub, string) { t.Helper(); return startOn(t, opts, serve) })
+		})
+	}
 }
 
 // newHTTPClient returns a client with a transport of its own that keeps no
@@ -108,8 +129,9 @@ func statuses(calls []Call) []int {
 	return out
 }
 
-func TestChargeThenReplay(t *testing.T) {
-	t.Parallel()
+func TestChargeThenReplay(t *testing.T) { forBothServers(t, testChargeThenReplay) }
+
+func testChargeThenReplay(t *testing.T, start startFunc) {
 	s, base := start(t, Options{})
 	c := newHTTPClient(t)
 	const key = "0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d"
@@ -213,8 +235,9 @@ func TestDeclineIfOption(t *testing.T) {
 	}
 }
 
-func TestValidation(t *testing.T) {
-	t.Parallel()
+func TestValidation(t *testing.T) { forBothServers(t, testValidation) }
+
+func testValidation(t *testing.T, start startFunc) {
 	valid := `{"order_id":"ord-1","customer_id":"cus-1","amount":100,"currency":"EUR"}`
 	tests := []struct {
 		name   string
@@ -277,8 +300,9 @@ func TestValidation(t *testing.T) {
 	}
 }
 
-func TestInProgressConflict(t *testing.T) {
-	t.Parallel()
+func TestInProgressConflict(t *testing.T) { forBothServers(t, testInProgressConflict) }
+
+func testInProgressConflict(t *testing.T, start startFunc) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
@@ -324,8 +348,9 @@ func TestInProgressConflict(t *testing.T) {
 	}
 }
 
-func TestResetAfterCharge(t *testing.T) {
-	t.Parallel()
+func TestResetAfterCharge(t *testing.T) { forBothServers(t, testResetAfterCharge) }
+
+func testResetAfterCharge(t *testing.T, start startFunc) {
 	s, base := start(t, Options{})
 	var seen []int
 	var mu sync.Mutex
@@ -360,8 +385,9 @@ func TestResetAfterCharge(t *testing.T) {
 	}
 }
 
-func TestFaultStatusDoesNotCharge(t *testing.T) {
-	t.Parallel()
+func TestFaultStatusDoesNotCharge(t *testing.T) { forBothServers(t, testFaultStatusDoesNotCharge) }
+
+func testFaultStatusDoesNotCharge(t *testing.T, start startFunc) {
 	s, base := start(t, Options{})
 	s.SetFault(func(c Call, n int) Fault {
 		if c.OrderID == "ord-flaky" && n == 1 {
@@ -388,8 +414,9 @@ func TestFaultStatusDoesNotCharge(t *testing.T) {
 	}
 }
 
-func TestClientTimeoutStillCharges(t *testing.T) {
-	t.Parallel()
+func TestClientTimeoutStillCharges(t *testing.T) { forBothServers(t, testClientTimeoutStillCharges) }
+
+func testClientTimeoutStillCharges(t *testing.T, start startFunc) {
 	release := make(chan struct{})
 	s, base := start(t, Options{DeclineIf: func(Body) bool { <-release; return false }})
 	c := newHTTPClient(t)
@@ -415,8 +442,9 @@ func TestClientTimeoutStillCharges(t *testing.T) {
 	}
 }
 
-func TestLatency(t *testing.T) {
-	t.Parallel()
+func TestLatency(t *testing.T) { forBothServers(t, testLatency) }
+
+func testLatency(t *testing.T, start startFunc) {
 	s, base := start(t, Options{})
 	c := newHTTPClient(t)
 	const d = 150 * time.Millisecond
@@ -435,8 +463,9 @@ func TestLatency(t *testing.T) {
 	}
 }
 
-func TestCloseEndsWaits(t *testing.T) {
-	t.Parallel()
+func TestCloseEndsWaits(t *testing.T) { forBothServers(t, testCloseEndsWaits) }
+
+func testCloseEndsWaits(t *testing.T, start startFunc) {
 	s := New(Options{Latency: time.Hour})
 	base, err := s.Start()
 	if err != nil {

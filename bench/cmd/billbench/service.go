@@ -80,7 +80,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	log.Debug("events produced", slog.Duration("took", time.Since(t)))
 
 	stub := gatewaystub.New(gatewaystub.Options{Latency: c.latency, NoCallLog: true})
-	gwURL, err := stub.Start()
+	gwURL, err := stub.StartLean()
 	if err != nil {
 		return r, err
 	}
