@@ -122,7 +122,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(b)
-	for _, want := range []string{"| 0 ms | 2 | 5 |", "pgbench ceiling", "NOT the real broker", "No problem: every measured run"} {
+	for _, want := range []string{"| 0 ms | 2 | 5 |", "pgbench ceiling", "host (steal)", "pgbench runs: steal", "NOT the real broker", "No problem: every measured run"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

@@ -32,6 +32,7 @@ type pgbenchRun struct {
 	tps     float64 // script runs (= events) per second, without connection time
 	latency float64 // average ms per script run
 	failed  int
+	steal   float64 // % of one CPU the hypervisor took during the run
 }
 
 // Event counts: the calibration run of a cell is small and discarded (it
@@ -169,7 +170,9 @@ func runPgbench(ctx context.Context, e *env, o options, clients int, log *slog.L
 		e.dsn,
 	}
 	cmd := exec.CommandContext(ctx, e.pgbench, args...)
+	before := takeHostSnap()
 	out, err := cmd.CombinedOutput()
+	steal := share(before, takeHostSnap()).steal
 	if err != nil {
 		return pgbenchRun{}, fmt.Errorf("pgbench -c %d: %w\n%s", clients, err, out)
 	}
@@ -177,7 +180,7 @@ func runPgbench(ctx context.Context, e *env, o options, clients int, log *slog.L
 	if err != nil {
 		return p, fmt.Errorf("pgbench -c %d: %w\n%s", clients, err, out)
 	}
-	p.clients = clients
+	p.clients, p.steal = clients, steal
 	_ = os.WriteFile(filepath.Join(e.outDir, "logs", fmt.Sprintf("pgbench-c%d-%d.log", clients, time.Now().UnixNano())), out, 0o644)
 	log.Info("pgbench", slog.Int("clients", clients), slog.Float64("tps", round1(p.tps)), slog.Float64("latency_ms", p.latency), slog.Int("failed", p.failed))
 	return p, nil

@@ -20,11 +20,12 @@ const clockTick = 100
 type cpuSnap struct {
 	at     time.Time
 	busy   time.Duration // host, all CPUs, not idle or iowait
+	steal  time.Duration // host, all CPUs: taken by the hypervisor for other guests
 	groups map[string]time.Duration
 }
 
-// takeCPUSnap reads /proc. billingPID and brokerPID may be 0.
-func takeCPUSnap(billingPID, brokerPID int) cpuSnap {
+// takeHostSnap reads the host's CPU times from /proc/stat.
+func takeHostSnap() cpuSnap {
 	s := cpuSnap{at: time.Now(), groups: map[string]time.Duration{}}
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
 		line, _, _ := strings.Cut(string(b), "\n")
@@ -32,13 +33,22 @@ func takeCPUSnap(billingPID, brokerPID int) cpuSnap {
 		var busy int64
 		for i, v := range f[1:] {
 			n, _ := strconv.ParseInt(v, 10, 64)
-			if i == 3 || i == 4 || i >= 7 { // idle, iowait, steal; guest times are inside user
-				continue
+			switch {
+			case i == 7:
+				s.steal = ticks(n)
+			case i == 3 || i == 4 || i > 7: // idle, iowait; guest times are inside user
+			default:
+				busy += n
 			}
-			busy += n
 		}
 		s.busy = ticks(busy)
 	}
+	return s
+}
+
+// takeCPUSnap reads /proc. billingPID and brokerPID may be 0.
+func takeCPUSnap(billingPID, brokerPID int) cpuSnap {
+	s := takeHostSnap()
 	self := os.Getpid()
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
@@ -86,6 +96,7 @@ func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / cloc
 // cpuShare is CPU use between two snapshots, in % of one CPU.
 type cpuShare struct {
 	busy   float64
+	steal  float64
 	groups map[string]float64
 }
 
@@ -96,6 +107,7 @@ func share(a, b cpuSnap) cpuShare {
 		return out
 	}
 	out.busy = 100 * (b.busy - a.busy).Seconds() / wall
+	out.steal = 100 * (b.steal - a.steal).Seconds() / wall
 	for k, v := range b.groups {
 		out.groups[k] = 100 * (v - a.groups[k]).Seconds() / wall
 	}

@@ -82,6 +82,25 @@ func (r *result) hostCPU(c cell) []float64 {
 	return out
 }
 
+func (r *result) steal(c cell) []float64 {
+	var out []float64
+	for _, run := range r.runs[c] {
+		out = append(out, run.cpu.steal)
+	}
+	return out
+}
+
+// pgbenchSteal is the steal of every pgbench run.
+func (r *result) pgbenchSteal() []float64 {
+	var out []float64
+	for _, ps := range r.pgbench {
+		for _, p := range ps {
+			out = append(out, p.steal)
+		}
+	}
+	return out
+}
+
 // check is one target, met or not.
 type check struct {
 	ok   bool
@@ -148,9 +167,9 @@ func (r *result) markdown(e *env, o options) string {
 	p("- pgbench ceiling: `bench/reserve_settle.sql` — the reserve and settle transactions of one event, the service's statements, `-M prepared` — "+
 		"for %s on emptied tables, with as many clients as the service has database connections at that in-flight (min(in-flight, pool)); its tps is events/s\n",
 		o.pgbenchT)
-	p("- every figure is the median of %d runs (min–max in brackets); reps are interleaved across cells; ms per event are the means of `billing_handle_duration_seconds` (fetch to final outcome) and `billing_payment_duration_seconds` over the measured interval; CPU is %% of one core (the host has %d), median, over the measured interval; the driver process holds the gateway stub\n\n", o.reps, runtime.NumCPU())
+	p("- every figure is the median of %d runs (min–max in brackets); reps are interleaved across cells; ms per event are the means of `billing_handle_duration_seconds` (fetch to final outcome) and `billing_payment_duration_seconds` over the measured interval; CPU is %% of one core (the host has %d), median, over the measured interval; the driver process holds the gateway stub (served by its lean HTTP/1.1 server); steal is CPU time the hypervisor gave other guests while this one wanted it, %% of one core\n\n", o.reps, runtime.NumCPU())
 
-	p("| gateway | in-flight | DB pool | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host |\n")
+	p("| gateway | in-flight | DB pool | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host (steal) |\n")
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.cells {
 		rates := r.rates(c)
@@ -166,14 +185,17 @@ func (r *result) markdown(e *env, o options) string {
 			pct = fmt.Sprintf("%.0f%%", 100*rate/ceil)
 		}
 		rss := r.rssMiB(c)
-		p("| %s | %d | %d | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% |\n",
+		p("| %s | %d | %d | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
 			fmtLatency(c.latency), c.inFlight, config.DefaultDBMaxConns(c.inFlight),
 			rate, slices.Min(rates), slices.Max(rates), speed,
 			ceil, minOr0(r.ceiling(k)), maxOr0(r.ceiling(k)), k, pct,
 			median(rss), slices.Max(rss),
 			r.meanMs(c, func(s serviceRun) time.Duration { return s.meanHandle }), r.meanMs(c, func(s serviceRun) time.Duration { return s.meanGateway }),
 			median(r.cpu(c, "billing")), median(r.cpu(c, "postgres")), median(r.cpu(c, "broker")),
-			median(r.cpu(c, "driver")), median(r.hostCPU(c)))
+			median(r.cpu(c, "driver")), median(r.hostCPU(c)), median(r.steal(c)))
+	}
+	if st := r.pgbenchSteal(); len(st) > 0 {
+		p("\npgbench runs: steal %.0f%% median (%.0f–%.0f%%).\n", median(st), slices.Min(st), slices.Max(st))
 	}
 	p("\n## Targets\n\n")
 	for _, ch := range r.checks() {
