@@ -52,7 +52,7 @@ const (
 
 // goRuntimeEnv lists environment variables the manifests may set that are not
 // billing configuration but read by the Go runtime itself.
-var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true, "GOMAXPROCS": true}
+var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true}
 
 // serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor that
 // the manifests use; decoding is strict, so a field outside it fails.
@@ -421,12 +421,11 @@ func TestDeploymentContract(t *testing.T) {
 	})
 }
 
-// TestGoRuntimeFollowsLimits: GOMEMLIMIT and GOMAXPROCS come from the
-// container's own limits, so that changing a limit in an overlay moves them
-// too. (A resourceFieldRef of limits.cpu rounds up to whole CPUs.)
+// TestGoRuntimeFollowsLimits: GOMEMLIMIT comes from the container's own
+// memory limit, so that changing the limit in an overlay moves it too.
 func TestGoRuntimeFollowsLimits(t *testing.T) {
 	t.Parallel()
-	want := map[string]string{"GOMEMLIMIT": "limits.memory", "GOMAXPROCS": "limits.cpu"}
+	want := map[string]string{"GOMEMLIMIT": "limits.memory"}
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
 		c := get[appsv1.Deployment](t, r, "Deployment", appName).Spec.Template.Spec.Containers[0]
 		got := map[string]string{}

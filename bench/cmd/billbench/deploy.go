@@ -17,10 +17,10 @@ import (
 const deployment = "deploy/base/deployment.yaml"
 
 // runtimeEnv returns the variables that the billing container of the
-// Deployment at path takes from its own resources (GOMAXPROCS from
-// limits.cpu, GOMEMLIMIT from limits.memory), resolved as the kubelet
-// resolves a resourceFieldRef: the limit divided by the divisor, rounded up.
-// The service is measured as it runs in its pod.
+// Deployment at path takes from its own resources (GOMEMLIMIT from
+// limits.memory; GOMAXPROCS too, should it come from limits.cpu), resolved
+// as the kubelet resolves a resourceFieldRef: the limit divided by the
+// divisor, rounded up. The service is measured as it runs in its pod.
 func runtimeEnv(path string) (map[string]string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {

@@ -218,7 +218,7 @@ func (e *env) collectFacts(ctx context.Context) error {
 			version, fsync, syncCommit, fpw, walSync, sharedBuffers),
 		"pgbench: " + strings.TrimSpace(string(pgbenchVer)),
 		"broker: " + e.brokerKind,
-		fmt.Sprintf("the service runs with %s, which %s gives the pod from its limits", fmtEnv(e.runtime), deployment),
+		fmt.Sprintf("the service runs with %s, which %s gives the pod from its limits, and Go's own GOMAXPROCS (%d here; at least 2 in a pod, whatever its CPU limit)", fmtEnv(e.runtime), deployment, runtime.NumCPU()),
 		"everything (Postgres, broker, gateway stub, producer, pgbench and the service) shares these CPUs",
 	}
 	return nil

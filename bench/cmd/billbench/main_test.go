@@ -134,8 +134,8 @@ func TestRuntimeEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The values of deploy/base/deployment.yaml: limits.cpu "1", limits.memory 256Mi.
-	want := map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": strconv.Itoa(256 << 20)}
+	// deploy/base/deployment.yaml: GOMEMLIMIT from limits.memory 256Mi.
+	want := map[string]string{"GOMEMLIMIT": strconv.Itoa(256 << 20)}
 	if !maps.Equal(got, want) {
 		t.Errorf("runtimeEnv = %v, want %v", got, want)
 	}
