@@ -28,12 +28,9 @@ import (
 func (s *Stub) StartLean() (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil || s.lean.started() {
-		return "", errors.New("gateway stub: already started")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := s.listen()
 	if err != nil {
-		return "", fmt.Errorf("gateway stub: listen: %w", err)
+		return "", err
 	}
 	s.lean.start(ln, s.leanConn)
 	return "http://" + ln.Addr().String(), nil

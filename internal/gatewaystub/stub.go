@@ -155,17 +155,27 @@ func New(opts Options) *Stub {
 	return s
 }
 
+// listen opens the stub's loopback listener, once: Start and StartLean
+// call it with s.mu held.
+func (s *Stub) listen() (net.Listener, error) {
+	if s.srv != nil || s.lean.started() {
+		return nil, errors.New("gateway stub: already started")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("gateway stub: listen: %w", err)
+	}
+	return ln, nil
+}
+
 // Start serves the stub on 127.0.0.1 at a free port and returns its base
 // URL ("http://127.0.0.1:PORT"). Call it once.
 func (s *Stub) Start() (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil || s.lean.started() {
-		return "", errors.New("gateway stub: already started")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := s.listen()
 	if err != nil {
-		return "", fmt.Errorf("gateway stub: listen: %w", err)
+		return "", err
 	}
 	s.srv = &http.Server{
 		Handler:           s,
