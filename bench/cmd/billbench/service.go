@@ -56,10 +56,10 @@ type serviceRun struct {
 	meanGateway time.Duration // mean gateway call, over the interval
 }
 
-// scrapeInterval is how often /metrics (and /proc, for CPU) is read. Both
-// ends of the measured interval are samples, so the interval only sets the
-// resolution; each scrape costs the service a little CPU, as Prometheus's
-// would, only more often.
+// scrapeInterval is how often /metrics is read (/proc only at the samples
+// the figures use). Both ends of the measured interval are samples, so the
+// interval only sets the resolution; each scrape costs the service a little
+// CPU, as Prometheus's would, only more often.
 const scrapeInterval = 200 * time.Millisecond
 
 // runService measures one run of cell with n events.
