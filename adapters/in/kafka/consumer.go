@@ -109,7 +109,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			slog.Int("in_flight", c.track.inFlight()))
 		cancelWork()
 	}
-	d.wait()
+	d.close()
 	close(stopCommits)
 	<-commitDone
 	return fetchErr

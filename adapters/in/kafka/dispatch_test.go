@@ -14,7 +14,7 @@ import (
 // TestDispatcherKeyOrder runs random keys through the dispatcher with random
 // completion orders and checks: never two events of one key at once, events
 // of one key start in fetch order, never more than max at once, and every
-// event runs exactly once.
+// event runs exactly once; and no more workers than max are started.
 func TestDispatcherKeyOrder(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
@@ -88,6 +88,7 @@ func TestDispatcherKeyOrder(t *testing.T) {
 				case s := <-startedCh:
 					close(s.release)
 				case <-idle:
+					d.close()
 					return
 				}
 			}
@@ -126,6 +127,9 @@ func TestDispatcherKeyOrder(t *testing.T) {
 		default:
 		}
 		d.wait()
+		if w := d.started(); w > maxInFlight {
+			t.Fatalf("%d workers started, max %d", w, maxInFlight)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if violation != "" {
