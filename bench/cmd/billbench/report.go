@@ -158,7 +158,7 @@ func (r *result) markdown(e *env, o options) string {
 		p("- %s\n", f)
 	}
 	p("- service: `bin/billing run` as a child process, default configuration except `BILLING_MAX_IN_FLIGHT`; " +
-		"`BILLING_DB_MAX_CONNS` is its default for that in-flight (in-flight/2+4, at most 64); the gateway stub answers every charge after the latency shown\n")
+		"`BILLING_DB_MAX_CONNS` is its default for that in-flight (in-flight/4+4, at most 64); the gateway stub answers every charge after the latency shown\n")
 	p("- each service run: a fresh topic of %d partitions, consumer group and emptied tables; the events (one per order, keyed by order id) are "+
 		"produced before the service starts and sized to last about %s at the rate of a discarded calibration run; "+
 		"events/s is measured between the samples where 10%% and 90%% of the events are final (`billing_events_total`, scraped every %s); "+
