@@ -82,6 +82,13 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		return nil, err
 	}
 	a.pool = pool
+	a.Metrics.DBPool.Watch(func() metrics.PoolStats {
+		st := pool.Stat()
+		return metrics.PoolStats{
+			Max: st.MaxConns(), Total: st.TotalConns(), Acquired: st.AcquiredConns(),
+			Acquires: st.AcquireCount(), EmptyAcquires: st.EmptyAcquireCount(), EmptyAcquireWait: st.EmptyAcquireWaitTime(),
+		}
+	})
 	if cfg.MigrateOnStart {
 		if err := postgres.Migrate(ctx, pool); err != nil {
 			pool.Close()

@@ -199,6 +199,47 @@ func TestChargeDuplicateAndDecline(t *testing.T) {
 	if n := len(h.gw.ChargesForOrder("ord-1")); n != 1 {
 		t.Errorf("ord-1 charged %d times, want 1", n)
 	}
+	// The pool the four events went through: its size is the configured
+	// one, and each event took at least one connection from it.
+	pool := h.gathered("billing_db_pool_")
+	if got, want := pool["billing_db_pool_max_connections"], float64(h.cfg.DBMaxConns); got != want || want == 0 {
+		t.Errorf("billing_db_pool_max_connections = %v, want %v", got, want)
+	}
+	if got := pool["billing_db_pool_acquires_total"]; got < 4 {
+		t.Errorf("billing_db_pool_acquires_total = %v, want at least one per event (4)", got)
+	}
+	if total, acq := pool["billing_db_pool_connections"], pool["billing_db_pool_acquired_connections"]; total < 1 || acq > total || total > float64(h.cfg.DBMaxConns) {
+		t.Errorf("billing_db_pool connections: %v open, %v in use, at most %d", total, acq, h.cfg.DBMaxConns)
+	}
+	for _, n := range []string{"billing_db_pool_empty_acquires_total", "billing_db_pool_empty_acquire_wait_seconds_total"} {
+		if _, ok := pool[n]; !ok {
+			t.Errorf("/metrics lacks %s", n)
+		}
+	}
+}
+
+// gathered returns the value of every unlabelled gauge and counter the
+// App's registry gathers whose name starts with prefix.
+func (h *harness) gathered(prefix string) map[string]float64 {
+	h.t.Helper()
+	mfs, err := h.app.Metrics.Gathered.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), prefix) || len(mf.GetMetric()) != 1 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		switch {
+		case m.GetGauge() != nil:
+			out[mf.GetName()] = m.GetGauge().GetValue()
+		case m.GetCounter() != nil:
+			out[mf.GetName()] = m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 // The gateway charges, then resets the connection before replying. The

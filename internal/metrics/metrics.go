@@ -23,6 +23,7 @@ type Metrics struct {
 	Commits          *prometheus.CounterVec // result
 	MaintenanceRuns  *prometheus.CounterVec // result
 	MaintenanceLast  prometheus.Gauge       //
+	DBPool           *PoolCollector         // billing_db_pool_*, once Watch is called
 	Gathered         prometheus.Gatherer    // what /metrics serves
 }
 
@@ -89,11 +90,12 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Name: "billing_dedup_maintenance_last_success_timestamp_seconds",
 			Help: "Unix time of the last dedup maintenance pass that finished without error.",
 		}),
+		DBPool:   newPoolCollector(),
 		Gathered: reg,
 	}
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
-		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast)
+		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
