@@ -61,30 +61,39 @@ func TestMedian(t *testing.T) {
 	}
 }
 
-// TestChecks: the targets are computed from medians, and a miss says so.
+// TestChecks: the targets are computed from medians (the ceiling ratio from
+// each run's ratio to its own ceiling), and a miss says so.
 func TestChecks(t *testing.T) {
 	run := func(rate float64, rssMiB int64) serviceRun { return serviceRun{rate: rate, hwm: rssMiB << 20} }
+	paired := func(rate, ceiling float64) serviceRun { return serviceRun{rate: rate, hwm: 40 << 20, ceiling: ceiling} }
 	one, many := cell{20 * time.Millisecond, 1}, cell{20 * time.Millisecond, 64}
-	zero := cell{0, 64}
+	zero, zero256 := cell{0, 64}, cell{0, 256}
 	r := &result{
-		cells: []cell{one, many, zero},
+		cells: []cell{one, many, zero, zero256},
 		runs: map[cell][]serviceRun{
 			one:  {run(40, 30), run(45, 30), run(50, 30)},
 			many: {run(2000, 40), run(1000, 40), run(1900, 120)}, // median 1900: 42×
-			zero: {run(1000, 40), run(3000, 40), run(2000, 40)},  // median 2000
+			// Ratios 25%, 50%, 75%: median 50%, though the medians of
+			// rates and ceilings (2000 vs 4000) also give 50%.
+			zero: {paired(1000, 4000), paired(3000, 4000), paired(2000, 4000)},
+			// Ratios 70%, 60%, 65%: median 65%, where the medians of its
+			// rates and ceilings (2800 vs 4000) would give 70%; the run
+			// without a ceiling is left out.
+			zero256: {paired(2800, 4000), paired(3000, 5000), paired(2600, 4000), run(100, 40)},
 		},
-		pgbench: map[int][]pgbenchRun{dbClients(64): {{tps: 4000}, {tps: 3000}, {tps: 5000}}}, // median 4000: 50%
+		pgbench: map[int][]pgbenchRun{dbClients(64): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
 	}
 	got := r.checks()
-	if len(got) != 3 {
-		t.Fatalf("checks() = %+v, want 3", got)
+	if len(got) != 4 {
+		t.Fatalf("checks() = %+v, want 4", got)
 	}
 	want := []struct {
 		ok   bool
 		text string
 	}{
 		{true, "42.2×"},
-		{false, "50%"},
+		{false, "in-flight 64 reaches 50% of the pgbench ceiling at 20 clients (median of 3 runs, each to the ceiling measured just before it: 25–75%"},
+		{true, "in-flight 256 reaches 65% of the pgbench ceiling at 64 clients (median of 3 runs, each to the ceiling measured just before it: 60–70%"},
 		{false, "120.0 MiB"},
 	}
 	for i, w := range want {
@@ -128,7 +137,7 @@ func TestSmoke(t *testing.T) {
 	// The row of the one cell, with the pool the service ran with
 	// (config_test pins the values of DefaultDBMaxConns).
 	row := fmt.Sprintf("| 0 ms | 2 | %d |", config.DefaultDBMaxConns(2))
-	for _, want := range []string{row, "pgbench ceiling", "host (steal)", "pgbench runs: steal", "NOT the real broker", "No problem: every measured run"} {
+	for _, want := range []string{row, "pgbench ceiling", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: steal", "NOT the real broker", "No problem: every measured run"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

@@ -98,7 +98,10 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 	}
 	// Reps are interleaved (every pgbench ceiling and every cell once, then
 	// again), so that a slow minute of the machine spreads over all figures
-	// instead of spoiling one.
+	// instead of spoiling one. Within a rep each ceiling is measured right
+	// before the cells run at its client count, and a run's ratio is taken
+	// to that ceiling: the machine's speed, which drifts by tens of per cent
+	// over minutes here, is then about the same for both sides of a ratio.
 	for rep := 1; rep <= o.reps; rep++ {
 		for _, k := range clients {
 			p, err := runPgbench(ctx, e, o, k, log)
@@ -106,16 +109,20 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 				return nil, err
 			}
 			res.pgbench[k] = append(res.pgbench[k], p)
-		}
-		for _, c := range res.cells {
-			n := min(max(int(expect[c]*o.steady.Seconds()), minEvents), maxEvents)
-			r, err := runService(ctx, e, o, c, name(c, "r"+strconv.Itoa(rep)), n, max(expect[c]/2, 1), log)
-			if err != nil {
-				return nil, fmt.Errorf("%s rep %d: %w", c, rep, err)
+			for _, c := range res.cells {
+				if dbClients(c.inFlight) != k {
+					continue
+				}
+				n := min(max(int(expect[c]*o.steady.Seconds()), minEvents), maxEvents)
+				r, err := runService(ctx, e, o, c, name(c, "r"+strconv.Itoa(rep)), n, max(expect[c]/2, 1), log)
+				if err != nil {
+					return nil, fmt.Errorf("%s rep %d: %w", c, rep, err)
+				}
+				e.deleteTopics(ctx, r.name, log)
+				r.ceiling = p.tps
+				res.runs[c] = append(res.runs[c], r)
+				expect[c] = median(res.rates(c))
 			}
-			e.deleteTopics(ctx, r.name, log)
-			res.runs[c] = append(res.runs[c], r)
-			expect[c] = median(res.rates(c))
 		}
 	}
 	return res, nil
