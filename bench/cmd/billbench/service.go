@@ -51,8 +51,9 @@ type serviceRun struct {
 	hwm       int64         // VmHWM, bytes
 	cpu       cpuShare      // over the steady interval
 	problems  []string      // anything that makes the run suspect (wrong outcomes, bad exit)
-	// ceiling is the tps of the pgbench run made just before this one, in
-	// the same rep, at this cell's client count: the run's own ceiling.
+	// ceiling is the tps of the pgbench run of the same rep at this cell's
+	// client count, made just before its cells (0 ms first): the run's own
+	// ceiling.
 	ceiling float64
 
 	meanHandle  time.Duration // mean time an event is in flight, over the interval
