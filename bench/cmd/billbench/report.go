@@ -87,6 +87,15 @@ func (r *result) meanMs(c cell, d func(serviceRun) time.Duration) float64 {
 	return median(out)
 }
 
+// busy is a cell's median of the mean connections in use per run.
+func (r *result) busy(c cell) float64 {
+	var out []float64
+	for _, run := range r.runs[c] {
+		out = append(out, run.meanBusy)
+	}
+	return median(out)
+}
+
 func (r *result) hostCPU(c cell) []float64 {
 	var out []float64
 	for _, run := range r.runs[c] {
@@ -170,7 +179,7 @@ func (r *result) markdown(e *env, o options) string {
 		p("- %s\n", f)
 	}
 	p("- service: `bin/billing run` as a child process, default configuration except `BILLING_MAX_IN_FLIGHT`; " +
-		"`BILLING_DB_MAX_CONNS` is its default for that in-flight (in-flight/4+4, at most 64); the gateway stub answers every charge after the latency shown\n")
+		"`BILLING_DB_MAX_CONNS` is its default for that in-flight (in-flight/4+4, at most 64), shown as DB pool with, in brackets, the connections busy: the mean of `billing_db_pool_acquired_connections` over the measured interval (median of the runs); the gateway stub answers every charge after the latency shown\n")
 	p("- each service run: a fresh topic of %d partitions, consumer group and emptied tables; the events (one per order, keyed by order id) are "+
 		"produced before the service starts and sized to last about %s at the rate of a discarded calibration run; "+
 		"events/s is measured between the samples where 10%% and 90%% of the events are final (`billing_events_total`, scraped every %s); "+
@@ -181,7 +190,7 @@ func (r *result) markdown(e *env, o options) string {
 		o.pgbenchT)
 	p("- every figure is the median of %d runs (min–max in brackets); reps are interleaved across cells; ms per event are the means of `billing_handle_duration_seconds` (fetch to final outcome) and `billing_payment_duration_seconds` over the measured interval; CPU is %% of one core (the host has %d), median, over the measured interval; the driver process holds the gateway stub (served by its lean HTTP/1.1 server); steal is CPU time the hypervisor gave other guests while this one wanted it, %% of one core\n\n", o.reps, runtime.NumCPU())
 
-	p("| gateway | in-flight | DB pool | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host (steal) |\n")
+	p("| gateway | in-flight | DB pool (busy) | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host (steal) |\n")
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.cells {
 		rates := r.rates(c)
@@ -197,8 +206,8 @@ func (r *result) markdown(e *env, o options) string {
 			pct = fmt.Sprintf("%.0f%% (%.0f–%.0f%%)", median(pcts), slices.Min(pcts), slices.Max(pcts))
 		}
 		rss := r.rssMiB(c)
-		p("| %s | %d | %d | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
-			fmtLatency(c.latency), c.inFlight, config.DefaultDBMaxConns(c.inFlight),
+		p("| %s | %d | %d (%.1f) | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
+			fmtLatency(c.latency), c.inFlight, config.DefaultDBMaxConns(c.inFlight), r.busy(c),
 			rate, slices.Min(rates), slices.Max(rates), speed,
 			ceil, minOr0(r.ceiling(k)), maxOr0(r.ceiling(k)), k, pct,
 			median(rss), slices.Max(rss),

@@ -58,6 +58,9 @@ type serviceRun struct {
 
 	meanHandle  time.Duration // mean time an event is in flight, over the interval
 	meanGateway time.Duration // mean gateway call, over the interval
+	// meanBusy is the mean of billing_db_pool_acquired_connections over the
+	// interval's samples: how much of the pool was at work.
+	meanBusy float64
 }
 
 // scrapeInterval is how often /metrics is read (/proc only at the samples
@@ -223,6 +226,9 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		return time.Duration(sum / count * float64(time.Second))
 	}
 	r.meanHandle, r.meanGateway = mean("billing_handle_duration_seconds"), mean("billing_payment_duration_seconds")
+	for _, sm := range samples[a : b+1] {
+		r.meanBusy += sm.series[busySeries] / float64(b-a+1)
+	}
 	if r.rate == 0 {
 		r.problems = append(r.problems, "every event was final before the second scrape: too short to measure (raise -steady)")
 	}
@@ -323,11 +329,15 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int) error {
 }
 
 // meanSeries are the histogram sums and counts scraped beside the outcomes,
-// for the mean time an event is in flight and a gateway call takes.
+// for the mean time an event is in flight and a gateway call takes, and the
+// pool's connections in use.
 var meanSeries = []string{
 	"billing_handle_duration_seconds_sum", "billing_handle_duration_seconds_count",
 	"billing_payment_duration_seconds_sum", "billing_payment_duration_seconds_count",
+	busySeries,
 }
+
+const busySeries = "billing_db_pool_acquired_connections"
 
 // scrapeOutcomes reads billing_events_total by outcome from /metrics, and
 // the meanSeries into series.
