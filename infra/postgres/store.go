@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -84,6 +85,7 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 		})
 		return s.pool.SendBatch(ctx, b).Close()
 	})
+	handOff()
 	if isDefaultPartitionRace(err) {
 		return r, partitionRaceError(inv.EventID, err)
 	}
@@ -102,8 +104,21 @@ func (s *Store) Settle(ctx context.Context, orderID string, status order.Invoice
 		settled, err = s.invoices.Settle(ctx, s.pool, orderID, status, chargeID)
 		return err
 	})
+	handOff()
 	return settled, translate(ctx, err)
 }
+
+// handOff yields the processor right after a transaction has given its
+// connection back to the pool, so that the goroutine waiting for that
+// connection (woken by the release and queued next on this processor) sends
+// its statements now. Without it the caller runs on (the gateway call, the
+// next event), every goroutine it wakes on the way pushes the waiter further
+// back in the run queue, and the connection sits idle in the pool meanwhile:
+// at 0 ms gateway latency and 64 events in flight, `make bench` saw about 16
+// of the 20 connections in use on average while 40 events waited for one,
+// and all 20 with the yield (events/s +10%). The cost is one reschedule per
+// transaction, nothing next to its round trip.
+func handOff() { runtime.Gosched() }
 
 // InTx runs fn in one transaction (read committed), committing when fn
 // returns nil and rolling back otherwise. When the server aborts the
