@@ -137,7 +137,7 @@ func TestSmoke(t *testing.T) {
 	// The row of the one cell, with the pool the service ran with
 	// (config_test pins the values of DefaultDBMaxConns).
 	row := fmt.Sprintf("| 0 ms | 2 | %d (", config.DefaultDBMaxConns(2))
-	for _, want := range []string{row, "pgbench ceiling", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: steal", "NOT the real broker", "No problem: every measured run"} {
+	for _, want := range []string{row, "pgbench ceiling", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", dbClients(2)), "NOT the real broker", "No problem: every measured run"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

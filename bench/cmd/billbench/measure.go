@@ -33,6 +33,7 @@ type pgbenchRun struct {
 	latency float64 // average ms per script run
 	failed  int
 	steal   float64 // % of one CPU the hypervisor took during the run
+	busy    float64 // % of one CPU the host was busy (not idle or iowait)
 }
 
 // Event counts: the calibration run of a cell is small and discarded (it
@@ -179,7 +180,7 @@ func runPgbench(ctx context.Context, e *env, o options, clients int, log *slog.L
 	cmd := exec.CommandContext(ctx, e.pgbench, args...)
 	before := takeHostSnap()
 	out, err := cmd.CombinedOutput()
-	steal := share(before, takeHostSnap()).steal
+	host := share(before, takeHostSnap())
 	if err != nil {
 		return pgbenchRun{}, fmt.Errorf("pgbench -c %d: %w\n%s", clients, err, out)
 	}
@@ -187,7 +188,7 @@ func runPgbench(ctx context.Context, e *env, o options, clients int, log *slog.L
 	if err != nil {
 		return p, fmt.Errorf("pgbench -c %d: %w\n%s", clients, err, out)
 	}
-	p.clients, p.steal = clients, steal
+	p.clients, p.steal, p.busy = clients, host.steal, host.busy
 	_ = os.WriteFile(filepath.Join(e.outDir, "logs", fmt.Sprintf("pgbench-c%d-%d.log", clients, time.Now().UnixNano())), out, 0o644)
 	log.Info("pgbench", slog.Int("clients", clients), slog.Float64("tps", round1(p.tps)), slog.Float64("latency_ms", p.latency), slog.Int("failed", p.failed))
 	return p, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -216,7 +217,19 @@ func (r *result) markdown(e *env, o options) string {
 			median(r.cpu(c, "driver")), median(r.hostCPU(c)), median(r.steal(c)))
 	}
 	if st := r.pgbenchSteal(); len(st) > 0 {
-		p("\npgbench runs: steal %.0f%% median (%.0f–%.0f%%).\n", median(st), slices.Min(st), slices.Max(st))
+		// pgbench's own CPU use, to set beside the host column of the cells
+		// of the same client count: what share of the host Postgres leaves
+		// idle (waiting for its WAL flushes) even with nothing else running.
+		var busy []string
+		for _, k := range slices.Sorted(maps.Keys(r.pgbench)) {
+			var bs []float64
+			for _, pb := range r.pgbench[k] {
+				bs = append(bs, pb.busy)
+			}
+			busy = append(busy, fmt.Sprintf("%.0f%% with %d clients", median(bs), k))
+		}
+		p("\npgbench runs: host CPU %s (medians, %% of one core); steal %.0f%% median (%.0f–%.0f%%).\n",
+			strings.Join(busy, ", "), median(st), slices.Min(st), slices.Max(st))
 	}
 	p("\n## Targets\n\n")
 	for _, ch := range r.checks() {
