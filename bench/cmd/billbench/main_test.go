@@ -67,9 +67,9 @@ func TestChecks(t *testing.T) {
 	run := func(rate float64, rssMiB int64) serviceRun { return serviceRun{rate: rate, hwm: rssMiB << 20} }
 	paired := func(rate, ceiling float64) serviceRun { return serviceRun{rate: rate, hwm: 40 << 20, ceiling: ceiling} }
 	one, many := cell{20 * time.Millisecond, 1}, cell{20 * time.Millisecond, 64}
-	zero, zero256 := cell{0, 64}, cell{0, 256}
+	zero, zero256, zero1 := cell{0, 64}, cell{0, 256}, cell{0, 1}
 	r := &result{
-		cells: []cell{one, many, zero, zero256},
+		cells: []cell{one, many, zero, zero256, zero1},
 		runs: map[cell][]serviceRun{
 			one:  {run(40, 30), run(45, 30), run(50, 30)},
 			many: {run(2000, 40), run(1000, 40), run(1900, 120)}, // median 1900: 42×
@@ -80,20 +80,23 @@ func TestChecks(t *testing.T) {
 			// rates and ceilings (2800 vs 4000) would give 70%; the run
 			// without a ceiling is left out.
 			zero256: {paired(2800, 4000), paired(3000, 5000), paired(2600, 4000), run(100, 40)},
+			// 59.96%: short of the target, so it must not read as 60%.
+			zero1: {paired(1499, 2500)},
 		},
 		pgbench: map[int][]pgbenchRun{dbClients(64): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
 	}
 	got := r.checks()
-	if len(got) != 4 {
-		t.Fatalf("checks() = %+v, want 4", got)
+	if len(got) != 5 {
+		t.Fatalf("checks() = %+v, want 5", got)
 	}
 	want := []struct {
 		ok   bool
 		text string
 	}{
 		{true, "42.2×"},
-		{false, "in-flight 64 reaches 50% of the pgbench ceiling at 20 clients (median of 3 runs, each to the ceiling measured just before it: 25–75%"},
-		{true, "in-flight 256 reaches 65% of the pgbench ceiling at 64 clients (median of 3 runs, each to the ceiling measured just before it: 60–70%"},
+		{false, "in-flight 64 reaches 50.0% of the pgbench ceiling at 20 clients (median of 3 runs, each to the ceiling measured just before it: 25–75%"},
+		{true, "in-flight 256 reaches 65.0% of the pgbench ceiling at 64 clients (median of 3 runs, each to the ceiling measured just before it: 60–70%"},
+		{false, "in-flight 1 reaches 59.9% of the pgbench ceiling at 1 clients (median of 1 runs"},
 		{false, "120.0 MiB"},
 	}
 	for i, w := range want {
