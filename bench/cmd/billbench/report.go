@@ -157,7 +157,7 @@ func (r *result) checks() []check {
 		// beside "NOT met").
 		out = append(out, check{pct >= targetCeilingPct, fmt.Sprintf(
 			"at 0 ms, in-flight %d reaches %.1f%% of the pgbench ceiling at %d clients (median of %d runs, each to the ceiling measured just before it: %.0f–%.0f%%; medians %.0f vs %.0f events/s); target ≥ %.0f%%",
-			c.inFlight, shownPct(pct), k, len(pcts), slices.Min(pcts), slices.Max(pcts), median(r.rates(c)), median(r.ceiling(k)), targetCeilingPct)})
+			c.inFlight, shownPct(pct), k, len(pcts), math.Floor(slices.Min(pcts)), math.Floor(slices.Max(pcts)), median(r.rates(c)), median(r.ceiling(k)), targetCeilingPct)})
 	}
 	var peak float64
 	var at string
