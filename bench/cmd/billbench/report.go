@@ -225,9 +225,10 @@ func (r *result) markdown(e *env, o options) string {
 			median(r.cpu(c, "driver")), median(r.hostCPU(c)), median(r.steal(c)))
 	}
 	if st := r.pgbenchSteal(); len(st) > 0 {
-		// pgbench's own CPU use, to set beside the host column of the cells
-		// of the same client count: what share of the host Postgres leaves
-		// idle (waiting for its WAL flushes) even with nothing else running.
+		// The host's CPU use during pgbench, to set beside the host column
+		// of the cells of the same client count: how much of the host
+		// Postgres leaves unused at that concurrency with nothing else
+		// running.
 		var busy []string
 		for _, k := range slices.Sorted(maps.Keys(r.pgbench)) {
 			var bs []float64
