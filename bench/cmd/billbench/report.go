@@ -156,8 +156,8 @@ func (r *result) checks() []check {
 		// as the target when it falls short of it (59.6% printed as "60%"
 		// beside "NOT met").
 		out = append(out, check{pct >= targetCeilingPct, fmt.Sprintf(
-			"at 0 ms, in-flight %d reaches %.1f%% of the pgbench ceiling at %d clients (median of %d runs, each to the ceiling measured just before it: %.0f–%.0f%%; medians %.0f vs %.0f events/s); target ≥ %.0f%%",
-			c.inFlight, shownPct(pct), k, len(pcts), math.Floor(slices.Min(pcts)), math.Floor(slices.Max(pcts)), median(r.rates(c)), median(r.ceiling(k)), targetCeilingPct)})
+			"at 0 ms, in-flight %d reaches %.1f%% of the pgbench ceiling at %d clients (median of %d runs, each to the ceiling measured just before it: %s; medians %.0f vs %.0f events/s); target ≥ %.0f%%",
+			c.inFlight, shownPct(pct), k, len(pcts), pctRange(pcts), median(r.rates(c)), median(r.ceiling(k)), targetCeilingPct)})
 	}
 	var peak float64
 	var at string
@@ -175,6 +175,13 @@ func (r *result) checks() []check {
 
 // shownPct is pct rounded down to a tenth.
 func shownPct(pct float64) float64 { return math.Floor(pct*10) / 10 }
+
+// pctRange is the min–max of per-run ratios in whole per cents, rounded
+// down like every shown ratio; the table and the Targets both use it, so
+// that they give the same runs the same range.
+func pctRange(pcts []float64) string {
+	return fmt.Sprintf("%.0f–%.0f%%", math.Floor(slices.Min(pcts)), math.Floor(slices.Max(pcts)))
+}
 
 // markdown renders the report: how it was made, the table, the targets.
 func (r *result) markdown(e *env, o options) string {
@@ -212,7 +219,7 @@ func (r *result) markdown(e *env, o options) string {
 		pct := "—"
 		if pcts := r.ceilingPcts(c); len(pcts) > 0 {
 			// Whole per cents, rounded down as in the Targets.
-			pct = fmt.Sprintf("%.0f%% (%.0f–%.0f%%)", math.Floor(median(pcts)), math.Floor(slices.Min(pcts)), math.Floor(slices.Max(pcts)))
+			pct = fmt.Sprintf("%.0f%% (%s)", math.Floor(median(pcts)), pctRange(pcts))
 		}
 		rss := r.rssMiB(c)
 		p("| %s | %d | %d (%.1f) | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
