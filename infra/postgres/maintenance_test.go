@@ -83,8 +83,12 @@ func waitForLockWait(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rela
 	defer tick.Stop()
 	for {
 		var n int
+		// Only this test's database: the others are clones of one
+		// template, so their tables have the same OIDs, and a parallel
+		// test's waiters would count here.
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-			WHERE NOT l.granted AND c.relname = $1`, relation).Scan(&n); err != nil {
+			WHERE NOT l.granted AND c.relname = $1
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`, relation).Scan(&n); err != nil {
 			t.Fatalf("read pg_locks: %v", err)
 		}
 		if n >= waiters {
