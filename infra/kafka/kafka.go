@@ -156,29 +156,61 @@ func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
 	return kafkago.NewReader(cfg)
 }
 
+// Writer is the producer of routed records (retry tiers, DLQ, replay).
+// WriteMessages batches concurrent writes per partition; WriteAlone sends a
+// record in a batch and request of its own. kafka-go's Writer merges the
+// records of concurrent WriteMessages calls into one batch, and a broker
+// refuses such a batch as a whole when one record is too large: the
+// Router retries a refused record alone to learn whether it is at fault.
+type Writer struct {
+	batched, solo *kafkago.Writer
+}
+
+// WriteMessages writes msgs, batched with other concurrent writes.
+func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafkago.Message) error {
+	return w.batched.WriteMessages(ctx, msgs...)
+}
+
+// WriteAlone writes msg in a batch that holds nothing else.
+func (w *Writer) WriteAlone(ctx context.Context, msg kafkago.Message) error {
+	return w.solo.WriteMessages(ctx, msg)
+}
+
+// Partitioner chooses partitions as Kafka's Java client does: murmur2 of
+// the key, positive, modulo the partition count; records without a key go
+// to a random partition, as the Java client's sticky partitioner spreads
+// them (CONTRACT §5: a key stays on the partition its producers chose).
+func Partitioner() kafkago.Balancer { return &kafkago.Murmur2Balancer{} }
+
 // NewWriter returns a producer for routed records (retry tiers, DLQ, replay):
 // the topic is set per message, RequireAll so that an acknowledged write
-// survives a broker loss, the hash balancer so a key keeps its partition.
-// The returned function closes the writer and its transport.
-func (c *Conn) NewWriter() (*kafkago.Writer, func() error) {
-	t := c.Transport()
-	w := &kafkago.Writer{
-		Addr:                   kafkago.TCP(c.brokers...),
-		Balancer:               &kafkago.Hash{},
-		RequiredAcks:           kafkago.RequireAll,
-		MaxAttempts:            3,
-		WriteBackoffMin:        50 * time.Millisecond,
-		WriteBackoffMax:        time.Second,
-		BatchTimeout:           2 * time.Millisecond,
-		BatchBytes:             16 << 20, // a >1 MiB bad record must still reach the DLQ
-		WriteTimeout:           10 * time.Second,
-		ReadTimeout:            10 * time.Second,
-		AllowAutoTopicCreation: false,
-		Transport:              t,
+// survives a broker loss, murmur2 so a key keeps its partition. The
+// returned function closes the writer and its transports.
+func (c *Conn) NewWriter() (*Writer, func() error) {
+	newW := func(batchSize int) (*kafkago.Writer, *kafkago.Transport) {
+		t := c.Transport()
+		return &kafkago.Writer{
+			Addr:                   kafkago.TCP(c.brokers...),
+			Balancer:               Partitioner(),
+			RequiredAcks:           kafkago.RequireAll,
+			MaxAttempts:            3,
+			WriteBackoffMin:        50 * time.Millisecond,
+			WriteBackoffMax:        time.Second,
+			BatchSize:              batchSize,
+			BatchTimeout:           2 * time.Millisecond,
+			BatchBytes:             16 << 20, // a >1 MiB bad record must still reach the DLQ
+			WriteTimeout:           10 * time.Second,
+			ReadTimeout:            10 * time.Second,
+			AllowAutoTopicCreation: false,
+			Transport:              t,
+		}, t
 	}
-	return w, func() error {
-		err := w.Close()
-		t.CloseIdleConnections()
+	batched, bt := newW(0)
+	solo, st := newW(1)
+	return &Writer{batched: batched, solo: solo}, func() error {
+		err := errors.Join(batched.Close(), solo.Close())
+		bt.CloseIdleConnections()
+		st.CloseIdleConnections()
 		return err
 	}
 }

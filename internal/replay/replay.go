@@ -53,7 +53,7 @@ func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log 
 	parts := lo.Topics[dlq]
 	slices.SortFunc(parts, func(a, b kafkago.PartitionOffsets) int { return a.Partition - b.Partition })
 
-	var w *kafkago.Writer
+	var w *kafka.Writer
 	if !o.DryRun {
 		var closeW func() error
 		w, closeW = kc.NewWriter()
@@ -82,7 +82,7 @@ func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log 
 
 // replayPartition copies the selected records of one partition in offset
 // order, in batches, and returns how many it selected.
-func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafkago.Writer, dlq, topic string,
+func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafka.Writer, dlq, topic string,
 	p kafkago.PartitionOffsets, o Options, already int) (int, error) {
 	r := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers:   kc.Brokers(),
