@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -252,13 +253,32 @@ type TopicSpec struct {
 	Name       string
 	Partitions int
 	Configs    map[string]string
+	// MinMaxMessageBytes, when set, is the least max.message.bytes the
+	// topic must accept: a new topic is created with it, an existing one
+	// below it is raised to it.
+	MinMaxMessageBytes int
 }
 
-// EnsureTopics creates the topics that do not exist yet. A topic that
-// exists is left as it is; a cluster that refuses creation (ACLs, auto
+// EnsureTopics creates the topics that do not exist yet and raises
+// max.message.bytes where a spec asks for it. A topic that exists is
+// otherwise left as it is; a cluster that refuses creation (ACLs, auto
 // creation managed elsewhere) is reported in the returned error only when
-// the topic is still missing afterwards.
+// the topic is still missing afterwards, and a refused raise is reported.
 func (c *Conn) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
+	err := c.createTopics(ctx, specs)
+	raise := map[string]int{}
+	for _, s := range specs {
+		if s.MinMaxMessageBytes > 0 {
+			raise[s.Name] = s.MinMaxMessageBytes
+		}
+	}
+	if len(raise) == 0 {
+		return err
+	}
+	return oneLineErrors{err, c.raiseMaxMessageBytes(ctx, raise)}.orNil()
+}
+
+func (c *Conn) createTopics(ctx context.Context, specs []TopicSpec) error {
 	cl, done := c.Client()
 	defer done()
 	req := &kafkago.CreateTopicsRequest{}
@@ -266,6 +286,10 @@ func (c *Conn) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 		tc := kafkago.TopicConfig{Topic: s.Name, NumPartitions: s.Partitions, ReplicationFactor: -1}
 		for k, v := range s.Configs {
 			tc.ConfigEntries = append(tc.ConfigEntries, kafkago.ConfigEntry{ConfigName: k, ConfigValue: v})
+		}
+		if s.MinMaxMessageBytes > 0 {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafkago.ConfigEntry{
+				ConfigName: MaxMessageBytesConfig, ConfigValue: strconv.Itoa(s.MinMaxMessageBytes)})
 		}
 		req.Topics = append(req.Topics, tc)
 	}
