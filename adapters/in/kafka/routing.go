@@ -35,7 +35,7 @@ const (
 // record goes back as it was first published.
 var RoutingHeaders = []string{
 	HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset, HeaderAttempt,
-	HeaderNotBefore, HeaderErrorClass, HeaderError, HeaderFailedAt, HeaderConsumerGroup,
+	HeaderNotBefore, HeaderErrorClass, HeaderError, HeaderFailedAt, HeaderConsumerGroup, HeaderValueOmitted,
 }
 
 // maxErrorHeader bounds x-error (1 KiB).
@@ -88,7 +88,7 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	out := kafkago.Message{
 		Key:     msg.Key,
 		Value:   msg.Value,
-		Headers: routedHeaders(msg, r.routes.Group, class, cause, now),
+		Headers: routedHeaders(msg, tier, r.routes.Group, class, cause, now),
 	}
 	outcome := order.OutcomeDeadLettered
 	attempt := tier
@@ -154,12 +154,11 @@ func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (omitted bool
 		return err == nil, err
 	}
 	r.m.RoutedWrites.WithLabelValues(msg.Topic, ResultRefused).Inc()
-	orig := func(k string) string { v, _ := headerOf(msg.Headers, k); return v }
+	orig := func(k string) slog.Attr { v, _ := headerOf(msg.Headers, k); return HeaderValueAttr(k, v) }
 	r.log.LogAttrs(ctx, slog.LevelError, "routed write refused even without its value; the record is not routed, "+
 		"read it at its original place",
-		slog.String("to", msg.Topic), slog.String("original_topic", orig(HeaderOriginalTopic)),
-		slog.String("original_partition", orig(HeaderOriginalPartition)),
-		slog.String("original_offset", orig(HeaderOriginalOffset)), slog.String("error", err.Error()))
+		slog.String("to", msg.Topic), orig(HeaderOriginalTopic), orig(HeaderOriginalPartition),
+		orig(HeaderOriginalOffset), slog.String("error", err.Error()))
 	return true, nil
 }
 
@@ -247,16 +246,22 @@ func refused(err error) bool {
 	return false
 }
 
-// routedHeaders keeps the record's own headers, keeps x-original-* from
-// the first failure on, and sets the rest anew.
-func routedHeaders(msg kafkago.Message, group string, class order.Class, cause error, now time.Time) []kafkago.Header {
+// routedHeaders keeps the record's own headers and sets the routing
+// headers anew. x-original-* (and x-value-omitted) are kept from the first
+// failure on, so only on a record read from a tier: on the main topic every
+// routing header was written by someone else and is replaced, never
+// trusted (CONTRACT §5).
+func routedHeaders(msg kafkago.Message, tier int, group string, class order.Class, cause error, now time.Time) []kafkago.Header {
 	var out []kafkago.Header
 	orig := map[string][]byte{}
+	var omitted *kafkago.Header
 	for _, h := range msg.Headers {
-		switch h.Key {
-		case HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset:
+		switch {
+		case tier > 0 && (h.Key == HeaderOriginalTopic || h.Key == HeaderOriginalPartition || h.Key == HeaderOriginalOffset):
 			orig[h.Key] = h.Value
-		case HeaderAttempt, HeaderNotBefore, HeaderErrorClass, HeaderError, HeaderFailedAt, HeaderConsumerGroup:
+		case tier > 0 && h.Key == HeaderValueOmitted:
+			omitted = &h
+		case slices.Contains(RoutingHeaders, h.Key):
 		default:
 			out = append(out, h)
 		}
@@ -267,6 +272,9 @@ func routedHeaders(msg kafkago.Message, group string, class order.Class, cause e
 			HeaderOriginalPartition: []byte(strconv.Itoa(msg.Partition)),
 			HeaderOriginalOffset:    []byte(strconv.FormatInt(msg.Offset, 10)),
 		}
+	}
+	if omitted != nil {
+		out = append(out, *omitted)
 	}
 	errClass := "permanent"
 	if class == order.ClassTransient {
@@ -281,6 +289,22 @@ func routedHeaders(msg kafkago.Message, group string, class order.Class, cause e
 		kafkago.Header{Key: HeaderFailedAt, Value: []byte(now.Format(time.RFC3339Nano))},
 		kafkago.Header{Key: HeaderConsumerGroup, Value: []byte(group)},
 	)
+}
+
+// maxLoggedHeader bounds how much of a header value read from a record a
+// log line carries.
+const maxLoggedHeader = 64
+
+// HeaderValueAttr is how a header value read from a record goes into a log
+// line: its first 64 bytes, quoted (control characters and invalid UTF-8
+// escaped), and its length. A producer's header may be anything up to the
+// record size; logged verbatim it would flood the logs.
+func HeaderValueAttr(key, v string) slog.Attr {
+	cut := v
+	if len(cut) > maxLoggedHeader {
+		cut = cut[:maxLoggedHeader]
+	}
+	return slog.Group(key, slog.String("prefix", strconv.Quote(cut)), slog.Int("bytes", len(v)))
 }
 
 // Header returns the value of the last header named key.
