@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	kafkago "github.com/segmentio/kafka-go"
 )
@@ -123,4 +124,30 @@ const routedHeadroom = 64 << 10
 // little over the broker's default still arrives whole.
 func RoutedMaxMessageBytes(mainMax int) int {
 	return max(8<<20, mainMax+routedHeadroom)
+}
+
+// TierTopics returns the retry tier topics "<prefix>.N" (N = 1..) that exist
+// on the cluster, by N. It reads the metadata of every topic the service
+// may see.
+func (c *Conn) TierTopics(ctx context.Context, prefix string) (map[int]string, error) {
+	cl, done := c.Client()
+	defer done()
+	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("kafka metadata: %w", err)
+	}
+	out := map[int]string{}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			continue
+		}
+		rest, ok := strings.CutPrefix(t.Name, prefix+".")
+		if !ok || rest == "" || rest[0] < '1' || rest[0] > '9' {
+			continue
+		}
+		if n, err := strconv.Atoi(rest); err == nil && n > 0 {
+			out[n] = t.Name
+		}
+	}
+	return out, nil
 }

@@ -91,3 +91,25 @@ func TestMaxMessageBytesOfBrokerDefault(t *testing.T) {
 		t.Errorf("MaxMessageBytes = %d, %v; want the broker's default (1 MiB and a little)", got, err)
 	}
 }
+
+// TierTopics finds <prefix>.N topics and nothing that only looks like one.
+func TestTierTopics(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.NewFake(t)
+	kafkatest.CreateTopics(t, c.Brokers(), 1, "r.1", "r.3", "r.12", "r.0", "r.x", "r.01", "rr.2", "r.2.dlq", "main")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := conn(t, c.Brokers()).TierTopics(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{1: "r.1", 3: "r.3", 12: "r.12"}
+	if len(got) != len(want) {
+		t.Errorf("TierTopics = %v, want %v", got, want)
+	}
+	for n, topic := range want {
+		if got[n] != topic {
+			t.Errorf("tier %d = %q, want %q", n, got[n], topic)
+		}
+	}
+}

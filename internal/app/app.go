@@ -290,16 +290,11 @@ func (a *App) Run(ctx context.Context) error {
 		c      *kafkain.Consumer
 	}
 	var consumers []consumer
-	topics := append([]string{cfg.KafkaTopic}, routes.RetryTopics...)
-	for tier, topic := range topics {
-		group := cfg.KafkaGroupID
-		if tier > 0 {
-			group = cfg.KafkaGroupID + ".retry." + strconv.Itoa(tier)
-		}
-		r := a.kc.NewReader(topic, group, a.tune.Reader)
+	for _, src := range a.sources(ctx) {
+		r := a.kc.NewReader(src.topic, src.group, a.tune.Reader)
 		consumers = append(consumers, consumer{r, kafkain.NewConsumer(r, handler, router, a.pause, a.Metrics, a.log,
 			kafkain.Options{
-				Tier:             tier,
+				Tier:             src.tier,
 				MaxInFlight:      cfg.MaxInFlight,
 				CommitInterval:   a.tune.CommitInterval,
 				DrainTimeout:     cfg.ShutdownTimeout,
