@@ -158,23 +158,62 @@ func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
 }
 
 // Writer is the producer of routed records (retry tiers, DLQ, replay).
-// WriteMessages batches concurrent writes per partition; WriteAlone sends a
-// record in a batch and request of its own. kafka-go's Writer merges the
-// records of concurrent WriteMessages calls into one batch, and a broker
-// refuses such a batch as a whole when one record is too large: the
-// Router retries a refused record alone to learn whether it is at fault.
+// kafka-go's Writer merges the records of concurrent WriteMessages calls
+// into one batch per partition, and a broker refuses such a batch as a
+// whole when it exceeds the topic's max.message.bytes or holds one record
+// that does. So small records go through a writer whose batches stay below
+// Kafka's default 1 MiB limit, and a large one is sent in a batch and a
+// request of its own, where a refusal is about that record only.
 type Writer struct {
 	batched, solo *kafkago.Writer
 }
 
-// WriteMessages writes msgs, batched with other concurrent writes.
+// Batches of the batched writer stay below Kafka's default max.message.bytes
+// (1,048,588) with room for kafka-go's framing; records over soloAbove are
+// written alone, up to soloBatchBytes (a record over that is refused by
+// kafka-go before it is sent: kafka.MessageTooLargeError).
+const (
+	batchedBatchBytes = 1_000_000
+	soloAbove         = 900_000
+	soloBatchBytes    = 16 << 20
+)
+
+// WriteMessages writes msgs in order, the small ones batched with other
+// concurrent writes, each large one alone.
 func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafkago.Message) error {
-	return w.batched.WriteMessages(ctx, msgs...)
+	start := 0
+	for i, m := range msgs {
+		if size(m) <= soloAbove {
+			continue
+		}
+		if start < i {
+			if err := w.batched.WriteMessages(ctx, msgs[start:i]...); err != nil {
+				return err
+			}
+		}
+		if err := w.solo.WriteMessages(ctx, m); err != nil {
+			return err
+		}
+		start = i + 1
+	}
+	if start == len(msgs) {
+		return nil
+	}
+	return w.batched.WriteMessages(ctx, msgs[start:]...)
 }
 
 // WriteAlone writes msg in a batch that holds nothing else.
 func (w *Writer) WriteAlone(ctx context.Context, msg kafkago.Message) error {
 	return w.solo.WriteMessages(ctx, msg)
+}
+
+// size is a record's bytes on the wire, less a few bytes of framing.
+func size(m kafkago.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // Partitioner chooses partitions as Kafka's Java client does: murmur2 of
@@ -188,7 +227,7 @@ func Partitioner() kafkago.Balancer { return &kafkago.Murmur2Balancer{} }
 // survives a broker loss, murmur2 so a key keeps its partition. The
 // returned function closes the writer and its transports.
 func (c *Conn) NewWriter() (*Writer, func() error) {
-	newW := func(batchSize int) (*kafkago.Writer, *kafkago.Transport) {
+	newW := func(batchSize int, batchBytes int64) (*kafkago.Writer, *kafkago.Transport) {
 		t := c.Transport()
 		return &kafkago.Writer{
 			Addr:                   kafkago.TCP(c.brokers...),
@@ -199,15 +238,15 @@ func (c *Conn) NewWriter() (*Writer, func() error) {
 			WriteBackoffMax:        time.Second,
 			BatchSize:              batchSize,
 			BatchTimeout:           2 * time.Millisecond,
-			BatchBytes:             16 << 20, // a >1 MiB bad record must still reach the DLQ
+			BatchBytes:             batchBytes,
 			WriteTimeout:           10 * time.Second,
 			ReadTimeout:            10 * time.Second,
 			AllowAutoTopicCreation: false,
 			Transport:              t,
 		}, t
 	}
-	batched, bt := newW(0)
-	solo, st := newW(1)
+	batched, bt := newW(0, batchedBatchBytes)
+	solo, st := newW(1, soloBatchBytes)
 	return &Writer{batched: batched, solo: solo}, func() error {
 		err := errors.Join(batched.Close(), solo.Close())
 		bt.CloseIdleConnections()
