@@ -82,12 +82,12 @@ func newRefusedRig(t *testing.T, mainMax int) *refusedRig {
 }
 
 // produce writes values (keyed by their index) to the main topic in one
-// batch per value, with a writer that accepts records up to 4 MiB.
+// batch per value, with a writer that accepts records up to 32 MiB.
 func (r *refusedRig) produce(t *testing.T, values ...[]byte) {
 	t.Helper()
 	tr := &kafkago.Transport{DialTimeout: 10 * time.Second}
 	defer tr.CloseIdleConnections()
-	w := &kafkago.Writer{Addr: kafkago.TCP(r.brokers...), Topic: r.main, Transport: tr, BatchBytes: 4 << 20,
+	w := &kafkago.Writer{Addr: kafkago.TCP(r.brokers...), Topic: r.main, Transport: tr, BatchBytes: 32 << 20,
 		BatchTimeout: time.Millisecond, RequiredAcks: kafkago.RequireAll}
 	defer w.Close()
 	for i, v := range values {
@@ -185,6 +185,25 @@ func TestRefusedDLQWriteBecomesStub(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.m.RoutedWrites.WithLabelValues(r.dl, "refused")); got != 1 {
 		t.Errorf(`billing_routed_writes_total{result="refused"} = %v, want 1`, got)
+	}
+}
+
+// A record over the production writer's BatchBytes (16 MiB), which the
+// main topic accepts, reaches the DLQ as a stub: kafka-go refuses it before
+// sending (kafka.MessageTooLargeError), a refusal for good.
+func TestRecordOverWriterBatchBytesBecomesStub(t *testing.T) {
+	t.Parallel()
+	r := newRefusedRig(t, 20<<20)
+	huge := bytes.Repeat([]byte("h"), 17<<20)
+	r.produce(t, []byte("small"), huge)
+	r.consume(t)
+	kafkatest.WaitCommitted(t, r.brokers, r.group, r.main, 60*time.Second)
+	dlq := kafkatest.ReadAll(t, r.brokers, r.dl, 2, 10*time.Second)
+	if hs := headerMap(dlq[1]); len(dlq[1].Value) != 0 || hs[HeaderValueOmitted] != strconv.Itoa(len(huge)) {
+		t.Errorf("DLQ record for the huge one: %d value bytes, x-value-omitted %q", len(dlq[1].Value), hs[HeaderValueOmitted])
+	}
+	if r.paused.ever.Load() {
+		t.Error("the consumer paused")
 	}
 }
 
