@@ -105,16 +105,19 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	}
 	out.Headers = append(out.Headers, kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
 
-	omitted, err := r.deliver(ctx, out)
+	d, err := r.deliver(ctx, out)
 	if err != nil {
 		return "", err
+	}
+	if d == givenUp {
+		return outcome, nil // deliver logged it
 	}
 	attrs := []slog.Attr{
 		slog.String("to", out.Topic), slog.String("class", class.String()), slog.Int("attempt", attempt),
 		slog.String("topic", msg.Topic), slog.Int("partition", msg.Partition), slog.Int64("offset", msg.Offset),
 		slog.String("error", oneLine(cause.Error())),
 	}
-	if omitted {
+	if d == stubbed {
 		attrs = append(attrs, slog.Int("value_omitted", len(out.Value)))
 	}
 	if tp, ok := TraceParent(msg); ok {
@@ -124,22 +127,31 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	return outcome, nil
 }
 
+// delivery is how deliver ended.
+type delivery int
+
+const (
+	whole   delivery = iota // written as it is
+	stubbed                 // written without its value (x-value-omitted)
+	givenUp                 // refused even without its value: not written
+)
+
 // deliver writes msg and returns once a write is acknowledged or given up
-// for good; it reports whether the value had to be omitted. A write the
+// for good, and how. A write the
 // broker refuses for good (see refused) is retried once alone, since a batch
 // refused for one oversized record fails its neighbours too; refused alone,
 // it is written as an x-value-omitted stub (CONTRACT §5). A stub refused too
 // is given up: the partition must not block, and the original stays
 // readable at x-original-* until that topic's retention, which the error
 // log names. It returns an error only when ctx ended first.
-func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (omitted bool, err error) {
-	err = r.write(ctx, msg, r.w.WriteMessages)
+func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (delivery, error) {
+	err := r.write(ctx, msg, r.w.WriteMessages)
 	if err == nil || !refused(err) {
-		return false, err
+		return whole, err
 	}
 	err = r.write(ctx, msg, r.alone)
 	if err == nil || !refused(err) {
-		return false, err
+		return whole, err
 	}
 	r.m.RoutedWrites.WithLabelValues(msg.Topic, ResultRefused).Inc()
 	r.log.LogAttrs(ctx, slog.LevelWarn, "routed write refused for good, writing it without its value",
@@ -151,7 +163,7 @@ func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (omitted bool
 		kafkago.Header{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(msg.Value)))})
 	err = r.write(ctx, stub, r.alone)
 	if err == nil || !refused(err) {
-		return err == nil, err
+		return stubbed, err
 	}
 	r.m.RoutedWrites.WithLabelValues(msg.Topic, ResultRefused).Inc()
 	orig := func(k string) slog.Attr { v, _ := headerOf(msg.Headers, k); return HeaderValueAttr(k, v) }
@@ -159,7 +171,7 @@ func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (omitted bool
 		"read it at its original place",
 		slog.String("to", msg.Topic), orig(HeaderOriginalTopic), orig(HeaderOriginalPartition),
 		orig(HeaderOriginalOffset), slog.String("error", err.Error()))
-	return true, nil
+	return givenUp, nil
 }
 
 // alone writes msg in a batch of its own when the Writer can (infra/kafka's
