@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// TierOf reports whether topic is retry tier N of prefix ("<prefix>.N",
+// tierOf reports whether topic is retry tier N of prefix ("<prefix>.N",
 // N = 1..) and which.
-func TierOf(prefix, topic string) (int, bool) {
+func tierOf(prefix, topic string) (int, bool) {
 	rest, ok := strings.CutPrefix(topic, prefix+".")
 	if !ok || rest == "" || rest[0] == '0' || rest[0] == '+' {
 		return 0, false
@@ -29,11 +29,11 @@ func (c *Config) validateTopics() error {
 	if c.KafkaTopic == c.KafkaDLQTopic {
 		return &Error{"BILLING_KAFKA_DLQ_TOPIC", fmt.Sprintf("equals BILLING_KAFKA_TOPIC (%q): the DLQ must be another topic", c.KafkaTopic)}
 	}
-	if n, ok := TierOf(c.KafkaRetryTopicPrefix, c.KafkaTopic); ok {
+	if n, ok := tierOf(c.KafkaRetryTopicPrefix, c.KafkaTopic); ok {
 		return &Error{"BILLING_KAFKA_TOPIC", fmt.Sprintf("%q is retry tier %d of BILLING_KAFKA_RETRY_TOPIC_PREFIX %q: the main topic must be another topic",
 			c.KafkaTopic, n, c.KafkaRetryTopicPrefix)}
 	}
-	if n, ok := TierOf(c.KafkaRetryTopicPrefix, c.KafkaDLQTopic); ok {
+	if n, ok := tierOf(c.KafkaRetryTopicPrefix, c.KafkaDLQTopic); ok {
 		return &Error{"BILLING_KAFKA_DLQ_TOPIC", fmt.Sprintf("%q is retry tier %d of BILLING_KAFKA_RETRY_TOPIC_PREFIX %q: the DLQ must be another topic",
 			c.KafkaDLQTopic, n, c.KafkaRetryTopicPrefix)}
 	}
