@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -156,29 +157,100 @@ func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
 	return kafkago.NewReader(cfg)
 }
 
+// Writer is the producer of routed records (retry tiers, DLQ, replay).
+// kafka-go's Writer merges the records of concurrent WriteMessages calls
+// into one batch per partition, and a broker refuses such a batch as a
+// whole when it exceeds the topic's max.message.bytes or holds one record
+// that does. So small records go through a writer whose batches stay below
+// Kafka's default 1 MiB limit, and a large one is sent in a batch and a
+// request of its own, where a refusal is about that record only.
+type Writer struct {
+	batched, solo *kafkago.Writer
+}
+
+// Batches of the batched writer stay below Kafka's default max.message.bytes
+// (1,048,588) with room for kafka-go's framing; records over soloAbove are
+// written alone, up to soloBatchBytes (a record over that is refused by
+// kafka-go before it is sent: kafka.MessageTooLargeError).
+const (
+	batchedBatchBytes = 1_000_000
+	soloAbove         = 900_000
+	soloBatchBytes    = 16 << 20
+)
+
+// WriteMessages writes msgs in order, the small ones batched with other
+// concurrent writes, each large one alone.
+func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafkago.Message) error {
+	start := 0
+	for i, m := range msgs {
+		if size(m) <= soloAbove {
+			continue
+		}
+		if start < i {
+			if err := w.batched.WriteMessages(ctx, msgs[start:i]...); err != nil {
+				return err
+			}
+		}
+		if err := w.solo.WriteMessages(ctx, m); err != nil {
+			return err
+		}
+		start = i + 1
+	}
+	if start == len(msgs) {
+		return nil
+	}
+	return w.batched.WriteMessages(ctx, msgs[start:]...)
+}
+
+// WriteAlone writes msg in a batch that holds nothing else.
+func (w *Writer) WriteAlone(ctx context.Context, msg kafkago.Message) error {
+	return w.solo.WriteMessages(ctx, msg)
+}
+
+// size is a record's bytes on the wire, less a few bytes of framing.
+func size(m kafkago.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// Partitioner chooses partitions as Kafka's Java client does: murmur2 of
+// the key, positive, modulo the partition count; records without a key go
+// to a random partition, as the Java client's sticky partitioner spreads
+// them (CONTRACT §5: a key stays on the partition its producers chose).
+func Partitioner() kafkago.Balancer { return &kafkago.Murmur2Balancer{} }
+
 // NewWriter returns a producer for routed records (retry tiers, DLQ, replay):
 // the topic is set per message, RequireAll so that an acknowledged write
-// survives a broker loss, the hash balancer so a key keeps its partition.
-// The returned function closes the writer and its transport.
-func (c *Conn) NewWriter() (*kafkago.Writer, func() error) {
-	t := c.Transport()
-	w := &kafkago.Writer{
-		Addr:                   kafkago.TCP(c.brokers...),
-		Balancer:               &kafkago.Hash{},
-		RequiredAcks:           kafkago.RequireAll,
-		MaxAttempts:            3,
-		WriteBackoffMin:        50 * time.Millisecond,
-		WriteBackoffMax:        time.Second,
-		BatchTimeout:           2 * time.Millisecond,
-		BatchBytes:             16 << 20, // a >1 MiB bad record must still reach the DLQ
-		WriteTimeout:           10 * time.Second,
-		ReadTimeout:            10 * time.Second,
-		AllowAutoTopicCreation: false,
-		Transport:              t,
+// survives a broker loss, murmur2 so a key keeps its partition. The
+// returned function closes the writer and its transports.
+func (c *Conn) NewWriter() (*Writer, func() error) {
+	newW := func(batchSize int, batchBytes int64) (*kafkago.Writer, *kafkago.Transport) {
+		t := c.Transport()
+		return &kafkago.Writer{
+			Addr:                   kafkago.TCP(c.brokers...),
+			Balancer:               Partitioner(),
+			RequiredAcks:           kafkago.RequireAll,
+			MaxAttempts:            3,
+			WriteBackoffMin:        50 * time.Millisecond,
+			WriteBackoffMax:        time.Second,
+			BatchSize:              batchSize,
+			BatchTimeout:           2 * time.Millisecond,
+			BatchBytes:             batchBytes,
+			WriteTimeout:           10 * time.Second,
+			ReadTimeout:            10 * time.Second,
+			AllowAutoTopicCreation: false,
+			Transport:              t,
+		}, t
 	}
-	return w, func() error {
-		err := w.Close()
-		t.CloseIdleConnections()
+	batched, bt := newW(0, batchedBatchBytes)
+	solo, st := newW(1, soloBatchBytes)
+	return &Writer{batched: batched, solo: solo}, func() error {
+		err := errors.Join(batched.Close(), solo.Close())
+		bt.CloseIdleConnections()
+		st.CloseIdleConnections()
 		return err
 	}
 }
@@ -220,13 +292,32 @@ type TopicSpec struct {
 	Name       string
 	Partitions int
 	Configs    map[string]string
+	// MinMaxMessageBytes, when set, is the least max.message.bytes the
+	// topic must accept: a new topic is created with it, an existing one
+	// below it is raised to it.
+	MinMaxMessageBytes int
 }
 
-// EnsureTopics creates the topics that do not exist yet. A topic that
-// exists is left as it is; a cluster that refuses creation (ACLs, auto
+// EnsureTopics creates the topics that do not exist yet and raises
+// max.message.bytes where a spec asks for it. A topic that exists is
+// otherwise left as it is; a cluster that refuses creation (ACLs, auto
 // creation managed elsewhere) is reported in the returned error only when
-// the topic is still missing afterwards.
+// the topic is still missing afterwards, and a refused raise is reported.
 func (c *Conn) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
+	err := c.createTopics(ctx, specs)
+	raise := map[string]int{}
+	for _, s := range specs {
+		if s.MinMaxMessageBytes > 0 {
+			raise[s.Name] = s.MinMaxMessageBytes
+		}
+	}
+	if len(raise) == 0 {
+		return err
+	}
+	return oneLineErrors{err, c.raiseMaxMessageBytes(ctx, raise)}.orNil()
+}
+
+func (c *Conn) createTopics(ctx context.Context, specs []TopicSpec) error {
 	cl, done := c.Client()
 	defer done()
 	req := &kafkago.CreateTopicsRequest{}
@@ -234,6 +325,10 @@ func (c *Conn) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 		tc := kafkago.TopicConfig{Topic: s.Name, NumPartitions: s.Partitions, ReplicationFactor: -1}
 		for k, v := range s.Configs {
 			tc.ConfigEntries = append(tc.ConfigEntries, kafkago.ConfigEntry{ConfigName: k, ConfigValue: v})
+		}
+		if s.MinMaxMessageBytes > 0 {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafkago.ConfigEntry{
+				ConfigName: MaxMessageBytesConfig, ConfigValue: strconv.Itoa(s.MinMaxMessageBytes)})
 		}
 		req.Topics = append(req.Topics, tc)
 	}

@@ -290,16 +290,11 @@ func (a *App) Run(ctx context.Context) error {
 		c      *kafkain.Consumer
 	}
 	var consumers []consumer
-	topics := append([]string{cfg.KafkaTopic}, routes.RetryTopics...)
-	for tier, topic := range topics {
-		group := cfg.KafkaGroupID
-		if tier > 0 {
-			group = cfg.KafkaGroupID + ".retry." + strconv.Itoa(tier)
-		}
-		r := a.kc.NewReader(topic, group, a.tune.Reader)
+	for _, src := range a.sources(ctx) {
+		r := a.kc.NewReader(src.topic, src.group, a.tune.Reader)
 		consumers = append(consumers, consumer{r, kafkain.NewConsumer(r, handler, router, a.pause, a.Metrics, a.log,
 			kafkain.Options{
-				Tier:             tier,
+				Tier:             src.tier,
 				MaxInFlight:      cfg.MaxInFlight,
 				CommitInterval:   a.tune.CommitInterval,
 				DrainTimeout:     cfg.ShutdownTimeout,
@@ -354,12 +349,16 @@ func (a *App) ensureTopics(ctx context.Context) error {
 	if n == 0 {
 		n = 1
 	}
-	// Routed records carry the original value (a bad one may exceed 1 MiB)
-	// plus headers: allow more than the broker's default record size.
-	cfgs := map[string]string{"max.message.bytes": strconv.Itoa(8 << 20)}
-	specs := []kafka.TopicSpec{{Name: a.cfg.KafkaDLQTopic, Partitions: n, Configs: cfgs}}
+	// Routed records carry the original value plus headers: the tiers and
+	// the DLQ must take whatever the main topic took (CONTRACT §5).
+	mainMax, err := a.kc.MaxMessageBytes(ctx, a.cfg.KafkaTopic)
+	if err != nil {
+		a.log.Warn("main topic's max.message.bytes unknown", slog.String("error", err.Error()))
+	}
+	least := kafka.RoutedMaxMessageBytes(mainMax)
+	specs := []kafka.TopicSpec{{Name: a.cfg.KafkaDLQTopic, Partitions: n, MinMaxMessageBytes: least}}
 	for i := range a.cfg.RetryDelays {
-		specs = append(specs, kafka.TopicSpec{Name: a.cfg.RetryTopic(i + 1), Partitions: n, Configs: cfgs})
+		specs = append(specs, kafka.TopicSpec{Name: a.cfg.RetryTopic(i + 1), Partitions: n, MinMaxMessageBytes: least})
 	}
 	return a.kc.EnsureTopics(ctx, specs)
 }

@@ -129,6 +129,9 @@ func (c *Config) Validate() error {
 			return &Error{name, "must not be empty"}
 		}
 	}
+	if err := c.validateTopics(); err != nil {
+		return err
+	}
 	if len(c.RetryDelays) == 0 {
 		return &Error{"BILLING_RETRY_DELAYS", "needs at least one delay"}
 	}

@@ -76,7 +76,7 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 		}),
 		RoutedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billing_routed_writes_total",
-			Help: "Writes of failed events to retry tiers and the DLQ, by topic and result (ok, error).",
+			Help: "Writes of failed events to retry tiers and the DLQ, by topic and result (ok; error: failed, retried; refused: refused for good, so retried without its value or, refused again, given up).",
 		}, []string{"topic", "result"}),
 		Commits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billing_offset_commits_total",

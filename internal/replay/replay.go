@@ -5,11 +5,13 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -53,7 +55,7 @@ func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log 
 	parts := lo.Topics[dlq]
 	slices.SortFunc(parts, func(a, b kafkago.PartitionOffsets) int { return a.Partition - b.Partition })
 
-	var w *kafkago.Writer
+	var w *kafka.Writer
 	if !o.DryRun {
 		var closeW func() error
 		w, closeW = kc.NewWriter()
@@ -67,7 +69,7 @@ func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log 
 		if p.LastOffset <= p.FirstOffset {
 			continue
 		}
-		got, err := replayPartition(ctx, kc, w, dlq, topic, p, o, n)
+		got, err := replayPartition(ctx, kc, w, dlq, topic, p, o, n, log)
 		n += got
 		if err != nil {
 			return n, err
@@ -80,34 +82,48 @@ func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log 
 	return n, nil
 }
 
-// replayPartition copies the selected records of one partition in offset
-// order, in batches, and returns how many it selected.
-func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafkago.Writer, dlq, topic string,
-	p kafkago.PartitionOffsets, o Options, already int) (int, error) {
-	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers:   kc.Brokers(),
-		Topic:     dlq,
-		Partition: p.Partition,
-		Dialer:    kc.Dialer(),
-		MaxBytes:  16 << 20,
-		MaxWait:   200 * time.Millisecond,
+// Replay holds at most about replayBatchBytes of records waiting for their
+// write, plus what the reader prefetches: one fetch of up to fetchMaxBytes
+// (the broker still returns a larger record whole) and queueCapacity
+// records. A batch is acknowledged before more records are taken, so the
+// records of a partition reach the main topic in offset order.
+const (
+	fetchMaxBytes    = 1 << 20
+	queueCapacity    = 2
+	replayBatchBytes = 1_000_000
+	replayBatchLen   = 100
+)
+
+func newPartitionReader(kc *kafka.Conn, topic string, partition int) *kafkago.Reader {
+	return kafkago.NewReader(kafkago.ReaderConfig{
+		Brokers:       kc.Brokers(),
+		Topic:         topic,
+		Partition:     partition,
+		Dialer:        kc.Dialer(),
+		MaxBytes:      fetchMaxBytes,
+		QueueCapacity: queueCapacity,
+		MaxWait:       200 * time.Millisecond,
 	})
+}
+
+// replayPartition copies the selected records of one partition in offset
+// order, in batches bounded in bytes, and returns how many it selected.
+func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafka.Writer, dlq, topic string,
+	p kafkago.PartitionOffsets, o Options, already int, log *slog.Logger) (int, error) {
+	r := newPartitionReader(kc, dlq, p.Partition)
 	defer r.Close()
 	if err := r.SetOffset(p.FirstOffset); err != nil {
 		return 0, fmt.Errorf("dlq partition %d: %w", p.Partition, err)
 	}
 	n := 0
 	var batch []kafkago.Message
+	held := 0
 	flush := func() error {
+		defer func() { batch, held = batch[:0], 0 }()
 		if len(batch) == 0 || w == nil {
-			batch = batch[:0]
 			return nil
 		}
-		if err := w.WriteMessages(ctx, batch...); err != nil {
-			return fmt.Errorf("write to %s: %w", topic, err)
-		}
-		batch = batch[:0]
-		return nil
+		return write(ctx, w, topic, batch)
 	}
 	for {
 		msg, err := r.FetchMessage(ctx)
@@ -115,9 +131,13 @@ func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafkago.Writer, dlq
 			return n, errors.Join(fmt.Errorf("read dlq partition %d: %w", p.Partition, err), flush())
 		}
 		if keep(msg, o.Since) {
-			batch = append(batch, Original(msg, topic))
-			n++
-			if len(batch) == 100 {
+			out, ok := original(ctx, kc, msg, topic, log)
+			if ok {
+				batch = append(batch, out)
+				held += len(out.Key) + len(out.Value)
+				n++
+			}
+			if len(batch) >= replayBatchLen || held >= replayBatchBytes {
 				if err := flush(); err != nil {
 					return n, err
 				}
@@ -127,6 +147,85 @@ func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafkago.Writer, dlq
 			return n, flush()
 		}
 	}
+}
+
+// write writes batch to topic. A batch the broker refuses as too large (the
+// main topic may accept less than a batch holds) is written again one
+// record at a time, in order.
+func write(ctx context.Context, w *kafka.Writer, topic string, batch []kafkago.Message) error {
+	err := w.WriteMessages(ctx, batch...)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, kafkago.MessageSizeTooLarge) && !errors.Is(err, kafkago.RecordListTooLarge) && !tooLarge(err) {
+		return fmt.Errorf("write to %s: %w", topic, err)
+	}
+	for _, m := range batch {
+		if err := w.WriteAlone(ctx, m); err != nil {
+			return fmt.Errorf("write to %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// tooLarge reports whether a kafka.WriteErrors holds a size refusal.
+func tooLarge(err error) bool {
+	var we kafkago.WriteErrors
+	if !errors.As(err, &we) {
+		return false
+	}
+	for _, e := range we {
+		if errors.Is(e, kafkago.MessageSizeTooLarge) || errors.Is(e, kafkago.RecordListTooLarge) {
+			return true
+		}
+	}
+	return false
+}
+
+// original returns the record to replay for msg. A DLQ record written
+// without its value (x-value-omitted) is replayed from the original at
+// x-original-*, read back from there; when that is gone (retention) or is
+// not the same record, it is skipped and logged, since replaying an empty
+// value would only dead-letter it again.
+func original(ctx context.Context, kc *kafka.Conn, msg kafkago.Message, topic string, log *slog.Logger) (kafkago.Message, bool) {
+	if _, omitted := kafkain.Header(msg, kafkain.HeaderValueOmitted); !omitted {
+		return Original(msg, topic), true
+	}
+	src, err := readOriginal(ctx, kc, msg)
+	if err != nil {
+		log.LogAttrs(ctx, slog.LevelError, "dlq record without its value skipped: its original cannot be read",
+			slog.Int("dlq_partition", msg.Partition), slog.Int64("dlq_offset", msg.Offset), slog.String("error", err.Error()))
+		return kafkago.Message{}, false
+	}
+	return Original(src, topic), true
+}
+
+// readOriginal reads the record x-original-* of msg point to, and checks
+// that it has msg's key.
+func readOriginal(ctx context.Context, kc *kafka.Conn, msg kafkago.Message) (kafkago.Message, error) {
+	t, _ := kafkain.Header(msg, kafkain.HeaderOriginalTopic)
+	ps, _ := kafkain.Header(msg, kafkain.HeaderOriginalPartition)
+	offs, _ := kafkain.Header(msg, kafkain.HeaderOriginalOffset)
+	part, perr := strconv.Atoi(ps)
+	off, oerr := strconv.ParseInt(offs, 10, 64)
+	if t == "" || perr != nil || oerr != nil {
+		return kafkago.Message{}, errors.New("x-original-* headers missing or unreadable")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	r := newPartitionReader(kc, t, part)
+	defer r.Close()
+	if err := r.SetOffset(off); err != nil {
+		return kafkago.Message{}, fmt.Errorf("read %s/%d@%d: %w", t, part, off, err)
+	}
+	src, err := r.FetchMessage(ctx)
+	if err != nil {
+		return kafkago.Message{}, fmt.Errorf("read %s/%d@%d: %w", t, part, off, err)
+	}
+	if src.Offset != off || !bytes.Equal(src.Key, msg.Key) {
+		return kafkago.Message{}, fmt.Errorf("read %s/%d@%d: found offset %d with another key (retention passed?)", t, part, off, src.Offset)
+	}
+	return src, nil
 }
 
 // keep applies --since to a record's x-failed-at. A record without a

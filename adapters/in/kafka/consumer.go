@@ -228,7 +228,7 @@ func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message) bool
 	}
 	nb, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		c.log.Warn("unreadable x-not-before, handling now", slog.String("value", v))
+		c.log.Warn("unreadable x-not-before, handling now", HeaderValueAttr("value", v))
 		return true
 	}
 	wait := nb.Sub(c.now())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,13 +28,14 @@ const (
 	HeaderError             = "x-error"
 	HeaderFailedAt          = "x-failed-at"
 	HeaderConsumerGroup     = "x-consumer-group"
+	HeaderValueOmitted      = "x-value-omitted"
 )
 
 // RoutingHeaders are the headers routing adds; a replay drops them so the
 // record goes back as it was first published.
 var RoutingHeaders = []string{
 	HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset, HeaderAttempt,
-	HeaderNotBefore, HeaderErrorClass, HeaderError, HeaderFailedAt, HeaderConsumerGroup,
+	HeaderNotBefore, HeaderErrorClass, HeaderError, HeaderFailedAt, HeaderConsumerGroup, HeaderValueOmitted,
 }
 
 // maxErrorHeader bounds x-error (1 KiB).
@@ -68,6 +70,12 @@ type Router struct {
 // NewRouter returns a Router writing through w. pause is told when writes
 // fail (Kafka unreachable) and when they succeed again; it may be nil.
 func NewRouter(w Writer, routes Routes, m *metrics.Metrics, pause *Pause, log *slog.Logger) *Router {
+	// Every result of every destination is exported from the first scrape.
+	for _, topic := range append(slices.Clone(routes.RetryTopics), routes.DLQTopic) {
+		for _, result := range []string{"ok", "error", ResultRefused} {
+			m.RoutedWrites.WithLabelValues(topic, result)
+		}
+	}
 	return &Router{w: w, routes: routes, now: time.Now, log: log, m: m, pause: pause,
 		backoff: backoff{min: 100 * time.Millisecond, max: 5 * time.Second}}
 }
@@ -80,7 +88,7 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	out := kafkago.Message{
 		Key:     msg.Key,
 		Value:   msg.Value,
-		Headers: routedHeaders(msg, r.routes.Group, class, cause, now),
+		Headers: routedHeaders(msg, tier, r.routes.Group, class, cause, now),
 	}
 	outcome := order.OutcomeDeadLettered
 	attempt := tier
@@ -97,13 +105,20 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	}
 	out.Headers = append(out.Headers, kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
 
-	if err := r.write(ctx, out); err != nil {
+	d, err := r.deliver(ctx, out)
+	if err != nil {
 		return "", err
+	}
+	if d == givenUp {
+		return outcome, nil // deliver logged it
 	}
 	attrs := []slog.Attr{
 		slog.String("to", out.Topic), slog.String("class", class.String()), slog.Int("attempt", attempt),
 		slog.String("topic", msg.Topic), slog.Int("partition", msg.Partition), slog.Int64("offset", msg.Offset),
 		slog.String("error", oneLine(cause.Error())),
+	}
+	if d == stubbed {
+		attrs = append(attrs, slog.Int("value_omitted", len(out.Value)))
 	}
 	if tp, ok := TraceParent(msg); ok {
 		attrs = append(attrs, slog.String("trace_id", tp.TraceIDString()))
@@ -112,10 +127,71 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	return outcome, nil
 }
 
-// write retries until the write is acknowledged or ctx ends.
-func (r *Router) write(ctx context.Context, msg kafkago.Message) error {
+// delivery is how deliver ended.
+type delivery int
+
+const (
+	whole   delivery = iota // written as it is
+	stubbed                 // written without its value (x-value-omitted)
+	givenUp                 // refused even without its value: not written
+)
+
+// deliver writes msg and returns once a write is acknowledged or given up
+// for good, and how. A write the
+// broker refuses for good (see refused) is retried once alone, since a batch
+// refused for one oversized record fails its neighbours too; refused alone,
+// it is written as an x-value-omitted stub (CONTRACT §5). A stub refused too
+// is given up: the partition must not block, and the original stays
+// readable at x-original-* until that topic's retention, which the error
+// log names. It returns an error only when ctx ended first.
+func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (delivery, error) {
+	err := r.write(ctx, msg, r.w.WriteMessages)
+	if err == nil || !refused(err) {
+		return whole, err
+	}
+	err = r.write(ctx, msg, r.alone)
+	if err == nil || !refused(err) {
+		return whole, err
+	}
+	r.m.RoutedWrites.WithLabelValues(msg.Topic, ResultRefused).Inc()
+	r.log.LogAttrs(ctx, slog.LevelWarn, "routed write refused for good, writing it without its value",
+		slog.String("to", msg.Topic), slog.Int("value_bytes", len(msg.Value)), slog.String("error", err.Error()))
+
+	stub := msg
+	stub.Value = []byte{}
+	stub.Headers = append(slices.Clip(msg.Headers),
+		kafkago.Header{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(msg.Value)))})
+	err = r.write(ctx, stub, r.alone)
+	if err == nil || !refused(err) {
+		return stubbed, err
+	}
+	r.m.RoutedWrites.WithLabelValues(msg.Topic, ResultRefused).Inc()
+	orig := func(k string) slog.Attr { v, _ := headerOf(msg.Headers, k); return HeaderValueAttr(k, v) }
+	r.log.LogAttrs(ctx, slog.LevelError, "routed write refused even without its value; the record is not routed, "+
+		"read it at its original place",
+		slog.String("to", msg.Topic), orig(HeaderOriginalTopic), orig(HeaderOriginalPartition),
+		orig(HeaderOriginalOffset), slog.String("error", err.Error()))
+	return givenUp, nil
+}
+
+// alone writes msg in a batch of its own when the Writer can (infra/kafka's
+// writer can), so that a refusal is about msg and nothing else.
+func (r *Router) alone(ctx context.Context, msgs ...kafkago.Message) error {
+	if s, ok := r.w.(interface {
+		WriteAlone(ctx context.Context, msg kafkago.Message) error
+	}); ok && len(msgs) == 1 {
+		return s.WriteAlone(ctx, msgs[0])
+	}
+	return r.w.WriteMessages(ctx, msgs...)
+}
+
+// write retries a retriable failure until the write is acknowledged or ctx
+// ends, and returns at once an error the broker will repeat (refused).
+// Retried failures are counted as result "error"; a few in a row mean
+// Kafka is unreachable for writes, which pauses consumption.
+func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(context.Context, ...kafkago.Message) error) error {
 	for attempt := 0; ; attempt++ {
-		err := r.w.WriteMessages(ctx, msg)
+		err := write(ctx, msg)
 		if err == nil {
 			r.m.RoutedWrites.WithLabelValues(msg.Topic, "ok").Inc()
 			if attempt > 0 && r.pause != nil {
@@ -123,10 +199,14 @@ func (r *Router) write(ctx context.Context, msg kafkago.Message) error {
 			}
 			return nil
 		}
-		r.m.RoutedWrites.WithLabelValues(msg.Topic, "error").Inc()
 		if ctx.Err() != nil {
+			r.m.RoutedWrites.WithLabelValues(msg.Topic, "error").Inc()
 			return fmt.Errorf("write to %s: %w", msg.Topic, errors.Join(ctx.Err(), err))
 		}
+		if refused(err) {
+			return fmt.Errorf("write to %s: %w", msg.Topic, err)
+		}
+		r.m.RoutedWrites.WithLabelValues(msg.Topic, "error").Inc()
 		r.log.LogAttrs(ctx, slog.LevelError, "routed write failed, retrying",
 			slog.String("to", msg.Topic), slog.Int("attempt", attempt+1), slog.String("error", err.Error()))
 		if attempt >= 2 && r.pause != nil {
@@ -138,16 +218,62 @@ func (r *Router) write(ctx context.Context, msg kafkago.Message) error {
 	}
 }
 
-// routedHeaders keeps the record's own headers, keeps x-original-* from
-// the first failure on, and sets the rest anew.
-func routedHeaders(msg kafkago.Message, group string, class order.Class, cause error, now time.Time) []kafkago.Header {
+// ResultRefused is the result label of billing_routed_writes_total for a
+// write the broker refused for good.
+const ResultRefused = "refused"
+
+// refusedErrors are the broker's answers that a retry of the same record
+// gets again: the record is too large for the topic, it breaks the topic's
+// rules, or this service may not write there. Anything else (leader moving,
+// not enough replicas, network, timeouts) may pass on a later attempt.
+var refusedErrors = []error{
+	kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge, kafkago.InvalidRecord,
+	kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed, kafkago.InvalidTopic,
+	kafkago.UnsupportedForMessageFormat,
+}
+
+// refused reports whether err is a write error a retry would meet again.
+// kafka.MessageTooLargeError (a record over the writer's BatchBytes, never
+// sent) unwraps to MessageSizeTooLarge; kafka.WriteErrors holds one error
+// per message.
+func refused(err error) bool {
+	var we kafkago.WriteErrors
+	if errors.As(err, &we) {
+		n := 0
+		for _, e := range we {
+			if e != nil {
+				if !refused(e) {
+					return false
+				}
+				n++
+			}
+		}
+		return n > 0
+	}
+	for _, target := range refusedErrors {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// routedHeaders keeps the record's own headers and sets the routing
+// headers anew. x-original-* (and x-value-omitted) are kept from the first
+// failure on, so only on a record read from a tier: on the main topic every
+// routing header was written by someone else and is replaced, never
+// trusted (CONTRACT §5).
+func routedHeaders(msg kafkago.Message, tier int, group string, class order.Class, cause error, now time.Time) []kafkago.Header {
 	var out []kafkago.Header
 	orig := map[string][]byte{}
+	var omitted *kafkago.Header
 	for _, h := range msg.Headers {
-		switch h.Key {
-		case HeaderOriginalTopic, HeaderOriginalPartition, HeaderOriginalOffset:
+		switch {
+		case tier > 0 && (h.Key == HeaderOriginalTopic || h.Key == HeaderOriginalPartition || h.Key == HeaderOriginalOffset):
 			orig[h.Key] = h.Value
-		case HeaderAttempt, HeaderNotBefore, HeaderErrorClass, HeaderError, HeaderFailedAt, HeaderConsumerGroup:
+		case tier > 0 && h.Key == HeaderValueOmitted:
+			omitted = &h
+		case slices.Contains(RoutingHeaders, h.Key):
 		default:
 			out = append(out, h)
 		}
@@ -158,6 +284,9 @@ func routedHeaders(msg kafkago.Message, group string, class order.Class, cause e
 			HeaderOriginalPartition: []byte(strconv.Itoa(msg.Partition)),
 			HeaderOriginalOffset:    []byte(strconv.FormatInt(msg.Offset, 10)),
 		}
+	}
+	if omitted != nil {
+		out = append(out, *omitted)
 	}
 	errClass := "permanent"
 	if class == order.ClassTransient {
@@ -174,11 +303,31 @@ func routedHeaders(msg kafkago.Message, group string, class order.Class, cause e
 	)
 }
 
+// maxLoggedHeader bounds how much of a header value read from a record a
+// log line carries.
+const maxLoggedHeader = 64
+
+// HeaderValueAttr is how a header value read from a record goes into a log
+// line: its first 64 bytes, quoted (control characters and invalid UTF-8
+// escaped), and its length. A producer's header may be anything up to the
+// record size; logged verbatim it would flood the logs.
+func HeaderValueAttr(key, v string) slog.Attr {
+	cut := v
+	if len(cut) > maxLoggedHeader {
+		cut = cut[:maxLoggedHeader]
+	}
+	return slog.Group(key, slog.String("prefix", strconv.Quote(cut)), slog.Int("bytes", len(v)))
+}
+
 // Header returns the value of the last header named key.
 func Header(msg kafkago.Message, key string) (string, bool) {
-	for i := len(msg.Headers) - 1; i >= 0; i-- {
-		if msg.Headers[i].Key == key {
-			return string(msg.Headers[i].Value), true
+	return headerOf(msg.Headers, key)
+}
+
+func headerOf(hs []kafkago.Header, key string) (string, bool) {
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i].Key == key {
+			return string(hs[i].Value), true
 		}
 	}
 	return "", false
