@@ -55,10 +55,8 @@ type App struct {
 	pause   *kafkain.Pause
 	maint   *postgres.DedupMaintainer
 
-	mu      sync.Mutex
-	httpLn  net.Listener
-	pgOK    bool
-	kafkaOK bool
+	mu     sync.Mutex
+	httpLn net.Listener
 }
 
 // New connects to Postgres and prepares everything Run needs. It fails when
@@ -130,6 +128,8 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		return nil, fmt.Errorf("payment client: %w", err)
 	}
 	a.pause = kafkain.NewPause(a.Metrics.ConsumerPaused, log)
+	a.pause.SetProbe(order.DependencyPostgres, a.store.Ping)
+	a.pause.SetProbe(order.DependencyKafka, a.kc.Ping)
 	return a, nil
 }
 
@@ -214,24 +214,9 @@ func (a *App) Handler() http.Handler {
 	return mux
 }
 
-// Ready reports whether Kafka and Postgres were reachable at the last probe
-// and consumption is not paused.
-func (a *App) Ready() (bool, string) {
-	a.mu.Lock()
-	pgOK, kOK := a.pgOK, a.kafkaOK
-	a.mu.Unlock()
-	var why []string
-	if !pgOK {
-		why = append(why, "postgres unreachable")
-	}
-	if !kOK {
-		why = append(why, "kafka unreachable")
-	}
-	if p, dep := a.pause.Paused(); p {
-		why = append(why, "paused: "+dep+" unavailable")
-	}
-	return len(why) == 0, strings.Join(why, "; ")
-}
+// Ready reports whether the process is ready for traffic: it started, and
+// no dependency is down. It answers from the state the consumers act on.
+func (a *App) Ready() (bool, string) { return a.pause.Ready() }
 
 // HTTPAddr returns the address the HTTP server listens on, once Run started it.
 func (a *App) HTTPAddr() string {
@@ -266,9 +251,11 @@ func (a *App) Run(ctx context.Context) error {
 
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var bg sync.WaitGroup
-	a.probe(bgCtx)
 	bg.Add(2)
-	go func() { defer bg.Done(); a.probeLoop(bgCtx) }()
+	go func() {
+		defer bg.Done()
+		a.pause.Run(bgCtx, kafkain.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
+	}()
 	go func() { defer bg.Done(); a.lagLoop(bgCtx) }()
 	if err := a.maint.Start(bgCtx); err != nil {
 		stopBG()
@@ -309,6 +296,7 @@ func (a *App) Run(ctx context.Context) error {
 	a.log.Info("billing started", slog.String("topic", cfg.KafkaTopic), slog.String("group", cfg.KafkaGroupID),
 		slog.Int("max_in_flight", cfg.MaxInFlight), slog.String("http", ln.Addr().String()))
 
+	a.pause.Started()
 	errs := make(chan error, len(consumers))
 	for _, c := range consumers {
 		go func() { errs <- c.c.Run(ctx) }()
@@ -362,44 +350,6 @@ func (a *App) ensureTopics(ctx context.Context) error {
 		specs = append(specs, kafka.TopicSpec{Name: a.cfg.RetryTopic(i + 1), Partitions: n, Configs: cfgs})
 	}
 	return a.kc.EnsureTopics(ctx, specs)
-}
-
-// probe checks Postgres and Kafka once. A failed probe pauses consumption;
-// a good one ends a pause.
-func (a *App) probe(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	pgErr := a.store.Ping(pctx)
-	kErr := a.kc.Ping(pctx)
-	if ctx.Err() != nil {
-		return
-	}
-	a.mu.Lock()
-	a.pgOK, a.kafkaOK = pgErr == nil, kErr == nil
-	a.mu.Unlock()
-	switch {
-	case pgErr != nil:
-		a.pause.Outage("postgres", pgErr)
-	case kErr != nil:
-		a.pause.Outage("kafka", kErr)
-	default:
-		if p, dep := a.pause.Paused(); p && dep != "gateway" {
-			a.pause.Resume("probe")
-		}
-	}
-}
-
-func (a *App) probeLoop(ctx context.Context) {
-	t := time.NewTicker(a.tune.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			a.probe(ctx)
-		}
-	}
 }
 
 // lagLoop publishes billing_consumer_lag for the main topic and the tiers.

@@ -34,6 +34,7 @@ type harness struct {
 	t       *testing.T
 	app     *App
 	store   *postgres.Store
+	pool    *pgxpool.Pool
 	gw      *gatewaystub.Stub
 	brokers []string
 	cfg     config.Config
@@ -69,7 +70,7 @@ func newHarnessOn(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, dsn st
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, store: postgres.NewStore(pool), gw: gw, brokers: kc.Brokers(), cfg: cfg}
+	h := &harness{t: t, store: postgres.NewStore(pool), pool: pool, gw: gw, brokers: kc.Brokers(), cfg: cfg}
 	h.start()
 	t.Cleanup(h.shutdown)
 	return h

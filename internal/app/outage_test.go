@@ -1,0 +1,217 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/gatewaystub"
+	"github.com/acme/billing/internal/poll"
+)
+
+// switchedGateway serves a gateway stub on a fixed loopback port that can
+// be taken down (connections refused) and brought back.
+type switchedGateway struct {
+	t    *testing.T
+	stub *gatewaystub.Stub
+	addr string
+	mu   sync.Mutex
+	srv  *http.Server
+	done chan error
+}
+
+// newSwitchedGateway returns a gateway that is down (nothing listens).
+func newSwitchedGateway(t *testing.T) *switchedGateway {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &switchedGateway{t: t, stub: gatewaystub.New(gatewaystub.Options{}), addr: ln.Addr().String()}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.down)
+	t.Cleanup(g.stub.Close)
+	return g
+}
+
+func (g *switchedGateway) url() string { return "http://" + g.addr }
+
+// up starts serving on the gateway's port.
+func (g *switchedGateway) up() {
+	g.t.Helper()
+	ln, err := net.Listen("tcp", g.addr)
+	if err != nil {
+		g.t.Fatalf("gateway back on %s: %v", g.addr, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.srv = &http.Server{Handler: g.stub, ReadHeaderTimeout: 5 * time.Second}
+	g.done = make(chan error, 1)
+	go func() { g.done <- g.srv.Serve(ln) }()
+}
+
+func (g *switchedGateway) down() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.srv == nil {
+		return
+	}
+	_ = g.srv.Close()
+	if err := <-g.done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		g.t.Errorf("gateway: %v", err)
+	}
+	g.srv = nil
+}
+
+// readyz returns the status code of GET /readyz.
+func (h *harness) readyz() int {
+	h.t.Helper()
+	addr := h.app.HTTPAddr()
+	if addr == "" {
+		return 0
+	}
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// routed is how many records went to a retry tier or the DLQ.
+func (h *harness) routed() int { return h.outcome("retried") + h.outcome("dead_lettered") }
+
+// A gateway that refuses connections is an outage even for a slow stream
+// (one event every 2 s: the breaker's ratio never sees enough calls): no
+// record reaches a tier or the DLQ, consumption pauses, and once the
+// gateway is back every event is billed.
+func TestGatewayRefusingConnectionsAtLowRatePauses(t *testing.T) {
+	t.Parallel()
+	gw := newSwitchedGateway(t)
+	h := newHarness(t, nil, func(c *config.Config) { c.PaymentBaseURL = gw.url() })
+	poll.Until(t, "/readyz 200 at start", 20*time.Second, func() bool { return h.readyz() == http.StatusOK })
+
+	var msgs []kafkago.Message
+	for _, id := range []string{"ord-slow-1", "ord-slow-2", "ord-slow-3"} {
+		_, m := event(t, id, "cus-1", 700)
+		msgs = append(msgs, m)
+	}
+	// The rate of the reproduction: one event every 2 s.
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for i, m := range msgs {
+		if i > 0 {
+			<-tick.C
+		}
+		h.send(m)
+	}
+	poll.Until(t, "the pause", 15*time.Second, func() bool {
+		return testutil.ToFloat64(h.app.Metrics.ConsumerPaused) == 1 && h.readyz() == http.StatusServiceUnavailable
+	})
+	if n := h.routed(); n != 0 {
+		t.Fatalf("%d records routed to a tier or the DLQ while the gateway refused connections, want 0", n)
+	}
+
+	gw.up()
+	poll.Until(t, "every event billed", 30*time.Second, func() bool { return h.outcome("charged") == len(msgs) })
+	poll.Until(t, "/readyz 200 again", 10*time.Second, func() bool { return h.readyz() == http.StatusOK })
+	if n := h.routed(); n != 0 {
+		t.Errorf("%d records routed to a tier or the DLQ, want 0", n)
+	}
+	if v := testutil.ToFloat64(h.app.Metrics.ConsumerPaused); v != 0 {
+		t.Errorf("billing_consumer_paused = %v after the gateway came back, want 0", v)
+	}
+}
+
+// A gateway answering 401 to every call (an expired API key) is an outage
+// of the service, not a fault of the events: paused, /readyz 503, nothing
+// dead-lettered; billing resumes when the key is accepted again.
+func TestGatewayRefusingCredentialsPauses(t *testing.T) {
+	t.Parallel()
+	gw := gatewaystub.New(gatewaystub.Options{})
+	gw.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault {
+		return gatewaystub.Fault{Status: http.StatusUnauthorized}
+	})
+	h := newHarness(t, gw, nil)
+	var msgs []kafkago.Message
+	for _, id := range []string{"ord-401-1", "ord-401-2", "ord-401-3", "ord-401-4", "ord-401-5"} {
+		_, m := event(t, id, "cus-1", 900)
+		msgs = append(msgs, m)
+	}
+	h.send(msgs...)
+	poll.Until(t, "the pause", 15*time.Second, func() bool {
+		return testutil.ToFloat64(h.app.Metrics.ConsumerPaused) == 1 && h.readyz() == http.StatusServiceUnavailable
+	})
+	// Held events keep trying the gateway (each retry is a probe): wait
+	// for a few of those 401s, then check nothing was routed meanwhile.
+	calls := len(gw.Calls())
+	poll.Until(t, "held events probing the gateway", 15*time.Second, func() bool { return len(gw.Calls()) >= calls+3 })
+	if n := h.routed(); n != 0 {
+		t.Fatalf("%d records routed to a tier or the DLQ on 401, want 0", n)
+	}
+	if ready, why := h.app.Ready(); ready {
+		t.Error("Ready() = true while the gateway refuses our credentials")
+	} else {
+		t.Logf("during the outage Ready says: %s", why)
+	}
+
+	gw.SetFault(nil)
+	poll.Until(t, "every event billed", 30*time.Second, func() bool { return h.outcome("charged") == len(msgs) })
+	poll.Until(t, "/readyz 200 again", 10*time.Second, func() bool { return h.readyz() == http.StatusOK })
+	if n := h.routed(); n != 0 {
+		t.Errorf("%d records routed, want 0", n)
+	}
+	for _, id := range []string{"ord-401-1", "ord-401-5"} {
+		if n := len(gw.ChargesForOrder(id)); n != 1 {
+			t.Errorf("%s charged %d times, want 1", id, n)
+		}
+	}
+}
+
+// Postgres failing internally (SQLSTATE XX000, here raised by a trigger on
+// invoice) while it still answers pings: consumption pauses, nothing is
+// dead-lettered, and the held events are billed once the fault is gone.
+func TestPostgresInternalErrorPauses(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, nil)
+	ctx := context.Background()
+	pool := h.pool
+	for _, stmt := range []string{
+		`CREATE FUNCTION fail_internally() RETURNS trigger LANGUAGE plpgsql AS
+		 $$BEGIN RAISE EXCEPTION 'could not read block 7' USING ERRCODE = 'XX001'; END$$`,
+		`CREATE TRIGGER fail_internally BEFORE INSERT ON invoice FOR EACH ROW EXECUTE FUNCTION fail_internally()`,
+	} {
+		if _, err := pool.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, m := event(t, "ord-xx-1", "cus-1", 300)
+	h.send(m)
+	poll.Until(t, "the pause", 15*time.Second, func() bool {
+		return testutil.ToFloat64(h.app.Metrics.ConsumerPaused) == 1 && h.readyz() == http.StatusServiceUnavailable
+	})
+	if n := h.routed(); n != 0 {
+		t.Fatalf("%d records routed on SQLSTATE XX001, want 0", n)
+	}
+	if _, err := pool.Exec(ctx, `DROP TRIGGER fail_internally ON invoice`); err != nil {
+		t.Fatal(err)
+	}
+	h.waitInvoice("ord-xx-1", order.StatusCharged)
+	poll.Until(t, "/readyz 200 again", 10*time.Second, func() bool { return h.readyz() == http.StatusOK })
+	if n := h.routed(); n != 0 {
+		t.Errorf("%d records routed, want 0", n)
+	}
+}
