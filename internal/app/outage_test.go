@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +16,11 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
+	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/pgtest"
 	"github.com/acme/billing/internal/poll"
 )
 
@@ -213,5 +218,124 @@ func TestPostgresInternalErrorPauses(t *testing.T) {
 	poll.Until(t, "/readyz 200 again", 10*time.Second, func() bool { return h.readyz() == http.StatusOK })
 	if n := h.routed(); n != 0 {
 		t.Errorf("%d records routed, want 0", n)
+	}
+}
+
+// A process started while Postgres is down serves /healthz at once, says
+// "not ready" while it waits (instead of exiting after 30 s), and bills
+// once Postgres is back.
+func TestStartWaitsForPostgres(t *testing.T) {
+	t.Parallel()
+	cl := pgtest.NewCluster(t)
+	ctx := context.Background()
+	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessOn(t, nil, pool, cl.DSN("postgres"), nil)
+	get := func(path string) int {
+		resp, err := http.Get("http://" + h.app.HTTPAddr() + path)
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	poll.Until(t, "/healthz 200 while Postgres is down", 10*time.Second, func() bool { return get("/healthz") == http.StatusOK })
+	poll.Until(t, "not ready, waiting for postgres", 10*time.Second, func() bool {
+		_, why := h.app.Ready()
+		return strings.Contains(why, "postgres")
+	})
+	if code := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d while Postgres is down, want 503", code)
+	}
+	_, m := event(t, "ord-late-pg", "cus-1", 100)
+	h.send(m)
+	select {
+	case err := <-h.done:
+		h.done <- err
+		t.Fatalf("Run returned while waiting for Postgres: %v", err)
+	default:
+	}
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitInvoice("ord-late-pg", order.StatusCharged)
+	poll.Until(t, "/readyz 200", 10*time.Second, func() bool { return get("/readyz") == http.StatusOK })
+}
+
+// Kafka unreachable at start: the process waits, not ready, until it is
+// told to stop, and then stops cleanly.
+func TestStartWaitsForKafka(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := ln.Addr().String()
+	_ = ln.Close()
+	_, dsn := pgtest.NewDB(t)
+	cfg := testConfig([]string{nowhere}, dsn, "http://127.0.0.1:1")
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	a, err := New(ctx, cfg, Tuning{Reader: FastReader(), ProbeInterval: 200 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	poll.Until(t, "not ready, waiting for kafka", 10*time.Second, func() bool {
+		ready, why := a.Ready()
+		return !ready && strings.Contains(why, "kafka")
+	})
+	resp, err := http.Get("http://" + a.HTTPAddr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz = %d, want 503", resp.StatusCode)
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after stop while waiting for Kafka: %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after stop")
+	}
+}
+
+// Missing migrations still end the process at start, with the HTTP server
+// closed behind it.
+func TestStartFailsWithoutMigrations(t *testing.T) {
+	t.Parallel()
+	cl := pgtest.NewCluster(t)
+	kc := kafkatest.NewFake(t)
+	cfg := testConfig(kc.Brokers(), cl.DSN("postgres"), "http://127.0.0.1:1")
+	ctx := context.Background()
+	a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.DiscardHandler))
+	if err == nil {
+		err = a.Run(ctx)
+	}
+	if err == nil || !strings.Contains(err.Error(), "migrations missing") {
+		t.Fatalf("err = %v, want migrations missing", err)
+	}
+	if a != nil {
+		if _, err := net.DialTimeout("tcp", a.HTTPAddr(), time.Second); err == nil {
+			t.Error("the HTTP server still listens after Run returned")
+		}
 	}
 }

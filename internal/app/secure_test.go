@@ -47,7 +47,11 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 			log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 			ctx := context.Background()
 
-			_, err = New(ctx, cfg, Tuning{Reader: FastReader()}, log)
+			// New reaches nothing; Run's start-up checks find the refusal.
+			bad, err := New(ctx, cfg, Tuning{Reader: FastReader()}, log)
+			if err == nil {
+				err = bad.Run(ctx)
+			}
 			if err == nil {
 				t.Fatal("started with a wrong Kafka password")
 			}
