@@ -31,6 +31,7 @@ import (
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/version"
 )
 
 // Tuning holds knobs that are not part of the public configuration but that
@@ -77,6 +78,8 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		}
 	}()
 	a.Metrics = metrics.New(a.reg, true)
+	bi := version.Get()
+	metrics.RegisterBuildInfo(a.reg, bi.Version, bi.Revision, bi.GoVersion)
 	if a.tune.CommitInterval == 0 {
 		a.tune.CommitInterval = 200 * time.Millisecond
 	}
