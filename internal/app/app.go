@@ -111,6 +111,9 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	}
 
 	a.kc, err = kafka.NewConn(KafkaSettings(cfg))
+	if errors.Is(err, kafka.ErrSASLCredentials) {
+		return nil, fmt.Errorf("%w: check BILLING_KAFKA_SASL_USERNAME and BILLING_KAFKA_SASL_PASSWORD", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -168,11 +168,9 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 func chargesURL(base string) (endpoint, redacted string, err error) {
 	u, err := url.Parse(base)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the whole URL
-		}
-		return "", "", fmt.Errorf("not a URL: %w", err)
+		// url.Error repeats the whole URL, and its cause may quote a part
+		// of it ("invalid port \":pa55\" after host" when the @ is missing).
+		return "", "", errors.New("not a URL (details withheld: they may quote user info)")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", "", fmt.Errorf("scheme %q, want http or https", u.Scheme)
