@@ -102,6 +102,13 @@ func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
 // tell) with the harness's configuration.
 func (h *harness) start() {
 	h.t.Helper()
+	h.startWith(Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond})
+}
+
+// startWith is start with other tuning.
+func (h *harness) startWith(tune Tuning) {
+	h.t.Helper()
 	var w io.Writer = io.Discard
 	if testing.Verbose() {
 		w = testWriter{h.t}
@@ -111,8 +118,7 @@ func (h *harness) start() {
 	}
 	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, stop := context.WithCancel(context.Background())
-	a, err := New(ctx, h.cfg, Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
-		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond}, log)
+	a, err := New(ctx, h.cfg, tune, log)
 	if err != nil {
 		stop()
 		h.t.Fatal(err)

@@ -25,6 +25,9 @@ func TestFirstScrapeHasEveryName(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
+	if a.srv.ReadTimeout <= 0 || a.srv.WriteTimeout <= 0 || a.srv.IdleTimeout <= 0 {
+		t.Errorf("metrics server timeouts read %v write %v idle %v: want each set", a.srv.ReadTimeout, a.srv.WriteTimeout, a.srv.IdleTimeout)
+	}
 	rec := httptest.NewRecorder()
 	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)

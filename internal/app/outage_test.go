@@ -339,3 +339,48 @@ func TestStartFailsWithoutMigrations(t *testing.T) {
 		}
 	}
 }
+
+// /readyz answers from the state the consumer acts on: the moment a held
+// event goes through after a Postgres outage, the process is ready again,
+// without waiting for a periodic re-check (which took up to 5 s).
+func TestReadyAsSoonAsConsumptionResumes(t *testing.T) {
+	t.Parallel()
+	cl := pgtest.NewCluster(t)
+	ctx := context.Background()
+	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessOn(t, nil, pool, cl.DSN("postgres"), nil)
+	// A probe interval far longer than the outage: readiness must not
+	// depend on it.
+	h.shutdown()
+	h.startWith(Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+		ProbeInterval: 3 * time.Second, LagInterval: time.Second, OutageBackoff: 50 * time.Millisecond})
+	poll.Until(t, "ready at start", 20*time.Second, func() bool { ok, _ := h.app.Ready(); return ok })
+
+	if err := cl.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, m := event(t, "ord-ready-1", "cus-1", 100)
+	h.send(m)
+	poll.Until(t, "not ready, naming postgres", 20*time.Second, func() bool {
+		ok, why := h.app.Ready()
+		return !ok && strings.Contains(why, "postgres")
+	})
+	// The outage lasts two probe intervals, by design of the test: a
+	// periodic probe has seen Postgres down by then.
+	outage := time.NewTimer(6 * time.Second)
+	<-outage.C
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "the held event billed", 30*time.Second, func() bool { return h.outcome("charged") == 1 })
+	if ok, why := h.app.Ready(); !ok {
+		t.Errorf("consumption resumed (the held event was billed) but Ready() = false: %s", why)
+	}
+}
