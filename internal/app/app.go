@@ -239,9 +239,9 @@ func (a *App) Run(ctx context.Context) error {
 		a.maint.Stop()
 		return nil
 	})
-	g.Go(func() error { // probes and lag, until the consumers are done
+	g.Go(func() error { // probes and lag, until the consumers are done: a held event may need a probe to resume
 		bctx, stop := context.WithCancel(context.WithoutCancel(gctx))
-		go func() { <-consumersDone; stop() }()
+		defer stop()
 		var bg sync.WaitGroup
 		bg.Go(func() {
 			a.pause.Run(bctx, kafkain.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
@@ -249,8 +249,10 @@ func (a *App) Run(ctx context.Context) error {
 		select {
 		case <-started:
 			bg.Go(func() { a.lagLoop(bctx) })
-		case <-bctx.Done():
+		case <-consumersDone:
 		}
+		<-consumersDone
+		stop()
 		bg.Wait()
 		return nil
 	})

@@ -384,3 +384,37 @@ func TestReadyAsSoonAsConsumptionResumes(t *testing.T) {
 		t.Errorf("consumption resumed (the held event was billed) but Ready() = false: %s", why)
 	}
 }
+
+// A part that fails stops the others: here dedup maintenance cannot start
+// (it already runs), so Run stops the consumers, closes the HTTP server and
+// returns that error, rather than leaving a half-alive process.
+func TestFailingPartStopsRun(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	kc := kafkatest.NewFake(t)
+	kafkatest.CreateTopics(t, kc.Brokers(), 1, testTopic)
+	cfg := testConfig(kc.Brokers(), dsn, "http://127.0.0.1:9")
+	ctx := context.Background()
+	a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.maint.Start(ctx); err != nil { // the maintainer Run will try to start
+		t.Fatal(err)
+	}
+	defer a.maint.Stop()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }() // ctx never ends: only the failure can stop Run
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "dedup maintenance") {
+			t.Errorf("Run = %v, want the maintainer's error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run still running 30s after its maintainer failed to start")
+	}
+	if c, err := net.DialTimeout("tcp", a.HTTPAddr(), time.Second); err == nil {
+		_ = c.Close()
+		t.Error("the HTTP server still listens after Run returned")
+	}
+}
