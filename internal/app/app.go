@@ -39,7 +39,7 @@ import (
 type Tuning struct {
 	Reader         kafka.ReaderOptions
 	CommitInterval time.Duration
-	ProbeInterval  time.Duration
+	ProbeInterval  time.Duration // health check of Postgres and Kafka while nothing is down; a tenth of it while paused
 	LagInterval    time.Duration
 	OutageBackoff  time.Duration // first wait after an outage; doubles up to 15s
 }
@@ -328,6 +328,8 @@ const startAttemptTimeout = 30 * time.Second
 // waited out, or ctx ends. Meanwhile dep is down in the pause, so /readyz
 // says what the process waits for. Only an outage (an unreachable
 // dependency) is waited out; any other error of check ends the start.
+// Kafka's dial errors carry no type: every one that fatal lets through is
+// waited out.
 func (a *App) waitFor(ctx context.Context, dep order.Dependency, check func(context.Context) error, fatal func(error) error) error {
 	bo := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
