@@ -3,6 +3,8 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/billing
+# The version stamped into the binary (`billing version`, billing_build_info).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 # Short fuzzing of the event decoder inside `make test`: a count of inputs, not a
 # duration, because a time limit that expires while an input is being minimized
 # fails the run with "context deadline exceeded" (a go test -fuzz quirk).
@@ -18,7 +20,7 @@ deps: ## install what the tests need (Postgres server, JDK, Maven, Kafka broker 
 
 .PHONY: build
 build: ## build the static binary bin/billing
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/billing
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/acme/billing/internal/version.version=$(VERSION)" -o $(BIN) ./cmd/billing
 
 .PHONY: test
 test: deps ## vet, gofmt, all tests with -race (real Postgres, in-process and real Kafka), short fuzz

@@ -4,6 +4,8 @@
 //	billing migrate        apply the embedded migrations
 //	billing dlq replay     copy DLQ records back to the main topic
 //	billing demo           run everything in-process against sample events
+//	billing version        print the version and VCS revision
+//	billing help           print usage (also -h, and <command> -h)
 //
 // Configuration is read from BILLING_* environment variables (README.md).
 package main
@@ -22,6 +24,7 @@ import (
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/version"
 )
 
 func main() {
@@ -30,21 +33,70 @@ func main() {
 	stop()
 	if err != nil {
 		if !errors.Is(err, errUsage) {
-			fmt.Fprintln(os.Stderr, "billing:", err)
+			reportFatal(os.Stderr, err)
 		}
 		os.Exit(1)
 	}
 }
 
+// reportFatal writes the error that ends the process as one JSON log line,
+// like every other line the service writes, so that log pipelines parse it.
+func reportFatal(w io.Writer, err error) {
+	slog.New(slog.NewJSONHandler(w, nil)).Error("billing: fatal", slog.String("error", err.Error()))
+}
+
 var errUsage = errors.New("usage")
 
-const usage = `usage: billing [run | migrate | dlq replay [--since RFC3339] [--limit N] [--dry-run] | demo]`
+const usage = `usage: billing [run | migrate | dlq replay [--since RFC3339] [--limit N] [--dry-run] | demo | version | help]`
+
+// commandHelp is what `billing <command> -h` prints. It is static text so
+// that help needs no configuration.
+var commandHelp = map[string]string{
+	"run": `usage: billing run
+  consume until SIGTERM/SIGINT, drain in-flight work, commit, exit (also plain "billing").
+  Configuration: BILLING_* environment variables (README.md).`,
+	"migrate": `usage: billing migrate
+  apply the embedded migrations; idempotent, safe from several pods at once.`,
+	"dlq replay": `usage: billing dlq replay [--since RFC3339] [--limit N] [--dry-run]
+  copy DLQ records back to the main topic, read from the DLQ's start.
+  --since RFC3339  replay only records whose x-failed-at is at or after this time
+  --limit N        stop after N records (0: no limit)
+  --dry-run        write nothing; print how many records would be replayed`,
+	"dlq": `usage: billing dlq replay [--since RFC3339] [--limit N] [--dry-run]
+  see billing dlq replay -h`,
+	"demo": `usage: billing demo [flags]
+  run the service in-process against an embedded broker, Postgres and gateway stub.`,
+	"version": `usage: billing version
+  print the version and VCS revision.`,
+}
+
+// wantsHelp reports whether args ask for help (-h, -help, --help).
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
 
 // run dispatches a command. It is main without the process: tests call it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "run"
 	if len(args) > 0 {
 		cmd, args = args[0], args[1:]
+	}
+	if cmd == "dlq" && len(args) > 0 && args[0] == "replay" {
+		cmd, args = "dlq replay", args[1:]
+	}
+	// Help before anything reads the configuration: it must work on a
+	// machine where none is set.
+	if text, ok := commandHelp[cmd]; ok && wantsHelp(args) {
+		fmt.Fprintln(stdout, text)
+		return nil
 	}
 	switch cmd {
 	case "run":
@@ -59,19 +111,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return migrate(ctx, cfg, log)
-	case "dlq":
-		if len(args) == 0 || args[0] != "replay" {
-			fmt.Fprintln(stderr, usage)
-			return errUsage
-		}
+	case "dlq replay":
 		cfg, log, err := load(stdout)
 		if err != nil {
 			return err
 		}
-		return dlqReplay(ctx, cfg, log, args[1:], stdout, stderr)
+		return dlqReplay(ctx, cfg, log, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
-	case "-h", "--help", "help":
+	case "version":
+		fmt.Fprintln(stdout, version.Get())
+		return nil
+	case "-h", "--help", "-help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -79,4 +81,67 @@ func setValidEnv(t *testing.T) {
 	t.Setenv("BILLING_KAFKA_TLS_ENABLED", "false")
 	t.Setenv("BILLING_MIGRATE_ON_START", "false")
 	t.Setenv("BILLING_DB_MAX_CONNS", "0")
+}
+
+// Help needs no configuration: with none set, every form prints usage to
+// stdout and succeeds.
+func TestHelpWithoutConfiguration(t *testing.T) {
+	for _, n := range config.Names() {
+		t.Setenv(n, "")
+	}
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"run", "-h"}, {"migrate", "--help"},
+		{"dlq", "replay", "-h"}, {"dlq", "replay", "--limit", "3", "-h"}, {"dlq", "-h"}, {"version", "-h"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+				t.Fatalf("billing %s: %v, want usage and success", strings.Join(args, " "), err)
+			}
+			if !strings.Contains(stdout.String(), "usage: billing") {
+				t.Errorf("stdout = %q, want usage", stdout.String())
+			}
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"dlq", "replay", "-h"}, &stdout, &stderr); err == nil {
+		for _, flag := range []string{"--since", "--limit", "--dry-run"} {
+			if !strings.Contains(stdout.String(), flag) {
+				t.Errorf("dlq replay -h does not mention %s", flag)
+			}
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	out := stdout.String()
+	if !strings.HasPrefix(out, "billing ") || !strings.Contains(out, "revision ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version = %q, want version, revision and Go version", out)
+	}
+}
+
+// The fatal start-up error is one JSON line like every other log line, and
+// still names the variable.
+func TestFatalErrorIsOneJSONLine(t *testing.T) {
+	setValidEnv(t)
+	t.Setenv("BILLING_RETRY_DELAYS", "1s,later")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"run"}, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("accepted a bad variable")
+	}
+	var line bytes.Buffer
+	reportFatal(&line, err)
+	if n := strings.Count(line.String(), "\n"); n != 1 {
+		t.Fatalf("fatal report %q: %d lines, want 1", line.String(), n)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(line.Bytes(), &rec); err != nil {
+		t.Fatalf("fatal report %q is not JSON: %v", line.String(), err)
+	}
+	if rec["level"] != "ERROR" || !strings.Contains(fmt.Sprint(rec["error"]), "BILLING_RETRY_DELAYS") {
+		t.Errorf("fatal report %v: want level ERROR and an error naming the variable", rec)
+	}
 }

@@ -43,15 +43,27 @@ type TransientError struct {
 func (e *TransientError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *TransientError) Unwrap() error { return e.Err }
 
+// Dependency names a service billing cannot work without. An outage of one
+// pauses consumption until a probe of that same dependency succeeds.
+type Dependency string
+
+// The dependencies of billing.
+const (
+	DependencyPostgres Dependency = "postgres"
+	DependencyKafka    Dependency = "kafka"
+	DependencyGateway  Dependency = "gateway"
+)
+
 // OutageError says a dependency as a whole is unavailable (Postgres or Kafka
-// unreachable, the gateway failing nearly every call). It is not a failure of
-// the event: the consumer pauses and tries the same event again later.
+// unreachable, the gateway failing nearly every call or refusing the
+// service's credentials). It is not a failure of the event: the consumer
+// pauses and tries the same event again later.
 type OutageError struct {
-	Dependency string // "postgres", "kafka", "gateway"
+	Dependency Dependency
 	Err        error
 }
 
-func (e *OutageError) Error() string { return e.Dependency + " unavailable: " + e.Err.Error() }
+func (e *OutageError) Error() string { return string(e.Dependency) + " unavailable: " + e.Err.Error() }
 func (e *OutageError) Unwrap() error { return e.Err }
 
 // Class is what the consumer does with a failed event.

@@ -42,6 +42,10 @@ type Conn struct {
 	sasl     sasl.Mechanism
 }
 
+// ErrSASLCredentials is wrapped by NewConn's error when the SASL user name
+// or password cannot be used at all (SCRAM's SASLprep refuses them).
+var ErrSASLCredentials = errors.New("kafka: unusable SASL credentials")
+
 // NewConn checks s and prepares TLS and SASL. It does not dial.
 func NewConn(s Settings) (*Conn, error) {
 	if len(s.Brokers) == 0 {
@@ -74,7 +78,10 @@ func NewConn(s Settings) (*Conn, error) {
 		}
 		m, err := scram.Mechanism(algo, s.SASLUsername, s.SASLPassword)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: SASL %s: %w", s.SASLMechanism, err)
+			// The SCRAM library's error quotes the password it could not
+			// prepare (SASLprep): never pass its text on.
+			return nil, fmt.Errorf("%w: SASL %s: SASLprep refused the user name or password (details withheld: they quote the password)",
+				ErrSASLCredentials, s.SASLMechanism)
 		}
 		c.sasl = m
 	default:

@@ -14,7 +14,7 @@ import (
 )
 
 // dependency names Postgres in OutageError.
-const dependency = "postgres"
+const dependency = order.DependencyPostgres
 
 // TranslateError maps an error from pgx or the server to billing's typed
 // errors, by type and SQLSTATE, never by message text. Every error leaving
@@ -23,10 +23,13 @@ const dependency = "postgres"
 //   - connection refused or lost (a *pgconn.ConnectError, a net.Error,
 //     io.EOF, io.ErrUnexpectedEOF, an error pgx marks safe to retry, a
 //     closed connection or pool), and SQLSTATE class 08 (connection
-//     exception), 57P01/57P02/57P03 (shutdown, crash, cannot connect now),
-//     class 53 (insufficient resources, too many connections) and 25006
-//     (read-only transaction: we reached a standby after a failover) become
-//     an *order.OutageError: Postgres as a whole is unavailable;
+//     exception), class 53 (insufficient resources: disk full, out of
+//     memory, too many connections), class 57 but 57014 (operator
+//     intervention: shutdown, crash, cannot connect now, database dropped),
+//     class 58 (system error: I/O), class XX (internal error, corrupted
+//     data or index) and 25006 (read-only transaction: we reached a standby
+//     after a failover) become an *order.OutageError: Postgres as a whole
+//     is unavailable or failing, and every event would fail alike;
 //   - 40001 serialization_failure and 40P01 deadlock_detected (which reach
 //     the caller only after Store.InTx's in-place retries), 55P03
 //     lock_not_available and 57014 query_canceled (statement or lock
@@ -72,19 +75,23 @@ func TranslateError(err error) error {
 }
 
 func translateSQLState(code string, err error) error {
+	class := ""
+	if len(code) == 5 {
+		class = code[:2]
+	}
 	switch {
-	case len(code) == 5 && code[:2] == "08", // connection_exception
-		code == "57P01",                    // admin_shutdown
-		code == "57P02",                    // crash_shutdown
-		code == "57P03",                    // cannot_connect_now
-		len(code) == 5 && code[:2] == "53", // insufficient_resources, too_many_connections
-		code == "25006":                    // read_only_sql_transaction
-		return &order.OutageError{Dependency: dependency, Err: err}
 	case code == "40001", // serialization_failure
 		code == "40P01", // deadlock_detected
 		code == "55P03", // lock_not_available
-		code == "57014": // query_canceled
-		return &order.TransientError{Op: dependency, Err: err}
+		code == "57014": // query_canceled: a statement or lock timeout, this statement's own
+		return &order.TransientError{Op: string(dependency), Err: err}
+	case class == "08", // connection_exception
+		class == "53",   // insufficient_resources: disk full, out of memory, too many connections
+		class == "57",   // operator_intervention: shutdown, crash, cannot connect now
+		class == "58",   // system_error: I/O error, undefined file
+		class == "XX",   // internal_error, data_corrupted, index_corrupted
+		code == "25006": // read_only_sql_transaction
+		return &order.OutageError{Dependency: dependency, Err: err}
 	}
 	return fmt.Errorf("postgres: %w", err)
 }

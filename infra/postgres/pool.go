@@ -29,6 +29,22 @@ const (
 // when maxConns <= 0) and checks it with a ping. Errors never contain the
 // DSN's password: a DSN that does not parse is reported without its text.
 func NewPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, error) {
+	pool, err := OpenPool(ctx, dsn, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping: %w", translate(ctx, err))
+	}
+	return pool, nil
+}
+
+// OpenPool is NewPool without the ping: it connects to nothing yet, so a
+// process can be built (and serve /healthz) before Postgres answers.
+func OpenPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx redacts the password on a best-effort basis only, and a
@@ -55,12 +71,6 @@ func NewPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, erro
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", translate(ctx, err))
-	}
-	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("ping: %w", translate(ctx, err))
 	}
 	return pool, nil
 }

@@ -6,6 +6,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,10 +17,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	kafkago "github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
 	payment "github.com/acme/billing/adapters/out/http"
@@ -28,6 +31,7 @@ import (
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/version"
 )
 
 // Tuning holds knobs that are not part of the public configuration but that
@@ -35,12 +39,13 @@ import (
 type Tuning struct {
 	Reader         kafka.ReaderOptions
 	CommitInterval time.Duration
-	ProbeInterval  time.Duration
+	ProbeInterval  time.Duration // health check of Postgres and Kafka while nothing is down; a tenth of it while paused
 	LagInterval    time.Duration
 	OutageBackoff  time.Duration // first wait after an outage; doubles up to 15s
 }
 
-// App is one running billing process.
+// App is one billing process: New builds it, Run runs it, Close releases
+// what New built.
 type App struct {
 	cfg     config.Config
 	tune    Tuning
@@ -54,19 +59,27 @@ type App struct {
 	gateway *payment.Client
 	pause   *kafkain.Pause
 	maint   *postgres.DedupMaintainer
+	srv     *http.Server
+	ln      net.Listener
 
-	mu      sync.Mutex
-	httpLn  net.Listener
-	pgOK    bool
-	kafkaOK bool
+	cleanup   []func() // run in reverse by Close
+	closeOnce sync.Once
 }
 
-// New connects to Postgres and prepares everything Run needs. It fails when
-// Postgres cannot be reached or migrations are missing (unless cfg says to
-// apply them).
-func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) (*App, error) {
+// New builds everything Run needs without reaching Kafka, Postgres or the
+// gateway: it fails only on what no waiting can fix (a DSN that does not
+// parse, Kafka security settings that cannot work, the HTTP address taken).
+// Call Close when Run is never called; Run closes the App itself.
+func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) (_ *App, err error) {
 	a := &App{cfg: cfg, tune: tune, log: log, reg: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
 	a.Metrics = metrics.New(a.reg, true)
+	bi := version.Get()
+	metrics.RegisterBuildInfo(a.reg, bi.Version, bi.Revision, bi.GoVersion)
 	if a.tune.CommitInterval == 0 {
 		a.tune.CommitInterval = 200 * time.Millisecond
 	}
@@ -77,11 +90,12 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		a.tune.LagInterval = 15 * time.Second
 	}
 
-	pool, err := connectPostgres(ctx, cfg, log)
+	a.pool, err = postgres.OpenPool(ctx, cfg.DatabaseURL.Reveal(), cfg.DBMaxConns)
 	if err != nil {
 		return nil, err
 	}
-	a.pool = pool
+	a.onClose(a.pool.Close)
+	pool := a.pool
 	a.Metrics.DBPool.Watch(func() metrics.PoolStats {
 		st := pool.Stat()
 		return metrics.PoolStats{
@@ -89,36 +103,18 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 			Acquires: st.AcquireCount(), EmptyAcquires: st.EmptyAcquireCount(), EmptyAcquireWait: st.EmptyAcquireWaitTime(),
 		}
 	})
-	if cfg.MigrateOnStart {
-		if err := postgres.Migrate(ctx, pool); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("migrate on start: %w", err)
-		}
-	}
-	pending, err := postgres.Pending(ctx, pool)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("check migrations: %w", err)
-	}
-	if len(pending) > 0 {
-		pool.Close()
-		return nil, fmt.Errorf("migrations missing (%s): run `billing migrate` or set BILLING_MIGRATE_ON_START=true", strings.Join(pending, ", "))
-	}
 	a.store = postgres.NewStore(pool)
 	a.maint, err = postgres.NewDedupMaintainer(pool, postgres.DedupOptions{
 		Retention: cfg.DedupRetention, Metrics: a.Metrics, Logger: log})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 
 	a.kc, err = kafka.NewConn(KafkaSettings(cfg))
-	if err != nil {
-		pool.Close()
-		return nil, err
+	if errors.Is(err, kafka.ErrSASLCredentials) {
+		return nil, fmt.Errorf("%w: check BILLING_KAFKA_SASL_USERNAME and BILLING_KAFKA_SASL_PASSWORD", err)
 	}
-	if err := checkKafka(ctx, a.kc, cfg, log); err != nil {
-		pool.Close()
+	if err != nil {
 		return nil, err
 	}
 	a.gateway, err = payment.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
@@ -126,11 +122,41 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		payment.WithIdleConns(max(cfg.MaxInFlight, 2)),
 		payment.WithLogger(log))
 	if err != nil {
-		pool.Close()
 		return nil, fmt.Errorf("payment client: %w", err)
 	}
+	a.onClose(a.gateway.CloseIdleConnections)
+
 	a.pause = kafkain.NewPause(a.Metrics.ConsumerPaused, log)
+	a.pause.SetProbe(order.DependencyPostgres, a.store.Ping)
+	a.pause.SetProbe(order.DependencyKafka, a.kc.Ping)
+
+	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
+	}
+	a.onClose(func() { _ = a.ln.Close() })
+	a.srv = &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		// Scrapes and probes are small and quick; a client that holds a
+		// connection open must not hold a goroutine and a socket for ever.
+		ReadTimeout:  10 * time.Second,
+		WriteTimeout: 30 * time.Second, // a scrape of every series, on a slow link
+		IdleTimeout:  2 * time.Minute,
+	}
 	return a, nil
+}
+
+// onClose pushes f onto the cleanup stack.
+func (a *App) onClose(f func()) { a.cleanup = append(a.cleanup, f) }
+
+// Close releases what New built, last built first. It is safe to call more
+// than once; Run calls it when it returns.
+func (a *App) Close() {
+	a.closeOnce.Do(func() {
+		for i := len(a.cleanup) - 1; i >= 0; i-- {
+			a.cleanup[i]()
+		}
+	})
 }
 
 // KafkaSettings extracts the Kafka connection settings from cfg.
@@ -143,56 +169,6 @@ func KafkaSettings(cfg config.Config) kafka.Settings {
 		SASLMechanism: cfg.KafkaSASLMechanism,
 		SASLUsername:  cfg.KafkaSASLUsername,
 		SASLPassword:  cfg.KafkaSASLPassword.Reveal(),
-	}
-}
-
-func connectPostgres(ctx context.Context, cfg config.Config, log *slog.Logger) (*pgxpool.Pool, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for attempt := 1; ; attempt++ {
-		pool, err := postgres.NewPool(ctx, cfg.DatabaseURL.Reveal(), cfg.DBMaxConns)
-		if err == nil {
-			return pool, nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return nil, fmt.Errorf("connect to postgres: %w", err)
-		}
-		log.Warn("postgres not reachable yet, retrying", slog.Int("attempt", attempt), slog.String("error", err.Error()))
-		select {
-		case <-time.After(time.Second):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// checkKafka makes sure the brokers answer before consuming starts. Wrong
-// credentials or TLS trust stop the program at once with a line naming the
-// variables (never their values); an unreachable cluster is retried for
-// 30 s, as Postgres is.
-func checkKafka(ctx context.Context, kc *kafka.Conn, cfg config.Config, log *slog.Logger) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for attempt := 1; ; attempt++ {
-		err := kc.Ping(ctx)
-		if err == nil {
-			return nil
-		}
-		var certErr *tls.CertificateVerificationError
-		switch {
-		case errors.Is(err, kafkago.SASLAuthenticationFailed), errors.Is(err, kafkago.IllegalSASLState),
-			errors.Is(err, kafkago.UnsupportedSASLMechanism):
-			return fmt.Errorf("kafka: SASL authentication failed for user %q: check BILLING_KAFKA_SASL_USERNAME, BILLING_KAFKA_SASL_PASSWORD and BILLING_KAFKA_SASL_MECHANISM", cfg.KafkaSASLUsername)
-		case errors.As(err, &certErr):
-			return fmt.Errorf("kafka: TLS certificate not trusted (%v): check BILLING_KAFKA_TLS_CA_FILE", certErr.Err)
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("kafka unreachable at %s: %w", strings.Join(cfg.KafkaBrokers, ","), err)
-		}
-		log.Warn("kafka not reachable yet, retrying", slog.Int("attempt", attempt), slog.String("error", err.Error()))
-		select {
-		case <-time.After(time.Second):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
 	}
 }
 
@@ -214,68 +190,232 @@ func (a *App) Handler() http.Handler {
 	return mux
 }
 
-// Ready reports whether Kafka and Postgres were reachable at the last probe
-// and consumption is not paused.
-func (a *App) Ready() (bool, string) {
-	a.mu.Lock()
-	pgOK, kOK := a.pgOK, a.kafkaOK
-	a.mu.Unlock()
-	var why []string
-	if !pgOK {
-		why = append(why, "postgres unreachable")
-	}
-	if !kOK {
-		why = append(why, "kafka unreachable")
-	}
-	if p, dep := a.pause.Paused(); p {
-		why = append(why, "paused: "+dep+" unavailable")
-	}
-	return len(why) == 0, strings.Join(why, "; ")
-}
+// Ready reports whether the process is ready for traffic: it started, and
+// no dependency is down. It answers from the state the consumers act on.
+func (a *App) Ready() (bool, string) { return a.pause.Ready() }
 
-// HTTPAddr returns the address the HTTP server listens on, once Run started it.
-func (a *App) HTTPAddr() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.httpLn == nil {
-		return ""
-	}
-	return a.httpLn.Addr().String()
-}
+// HTTPAddr returns the address the HTTP server listens on.
+func (a *App) HTTPAddr() string { return a.ln.Addr().String() }
 
-// Run consumes until ctx ends, then drains within BILLING_SHUTDOWN_TIMEOUT,
-// commits, and releases everything. It returns nil on a clean drain.
+// Run serves HTTP at once, waits for Postgres and Kafka (not ready
+// meanwhile), then consumes until ctx ends or a part fails, and stops in
+// order: stop fetching → drain within BILLING_SHUTDOWN_TIMEOUT → final
+// commit → stop maintenance → close the HTTP server → close the pool. It
+// returns nil on a clean drain, else the first failure. A failing consumer
+// or maintainer stops the rest.
 func (a *App) Run(ctx context.Context) error {
-	defer a.pool.Close()
-	cfg := a.cfg
+	defer a.Close()
+	g, gctx := errgroup.WithContext(ctx)
+	started := make(chan struct{})       // the start-up checks passed
+	consumersDone := make(chan struct{}) // every consumer drained and committed
+	maintDone := make(chan struct{})     // maintenance stopped
 
+	g.Go(func() error { return a.serveHTTP(ctx, consumersDone, maintDone) })
+	g.Go(func() error {
+		defer close(consumersDone)
+		if err := a.start(gctx); err != nil {
+			if gctx.Err() != nil {
+				return nil // stopped while waiting for a dependency
+			}
+			return err
+		}
+		close(started)
+		return a.consume(gctx)
+	})
+	g.Go(func() error {
+		defer close(maintDone)
+		select {
+		case <-started:
+		case <-consumersDone:
+			return nil
+		}
+		// Maintenance outlives the consumers' drain; it stops after their final commit.
+		mctx, stop := context.WithCancel(context.WithoutCancel(gctx))
+		defer stop()
+		if err := a.maint.Start(mctx); err != nil {
+			return fmt.Errorf("dedup maintenance: %w", err)
+		}
+		<-consumersDone
+		a.maint.Stop()
+		return nil
+	})
+	g.Go(func() error { // probes and lag, until the consumers are done: a held event may need a probe to resume
+		bctx, stop := context.WithCancel(context.WithoutCancel(gctx))
+		defer stop()
+		var bg sync.WaitGroup
+		bg.Go(func() {
+			a.pause.Run(bctx, kafkain.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
+		})
+		select {
+		case <-started:
+			bg.Go(func() { a.lagLoop(bctx) })
+		case <-consumersDone:
+		}
+		<-consumersDone
+		stop()
+		bg.Wait()
+		return nil
+	})
+	err := g.Wait()
+	a.log.Info("billing stopped")
+	return err
+}
+
+// serveHTTP serves /metrics, /healthz and /readyz from the start until the
+// consumers and maintenance are done, then shuts the server down.
+func (a *App) serveHTTP(ctx context.Context, consumersDone, maintDone <-chan struct{}) error {
+	served := make(chan error, 1)
+	go func() { served <- a.srv.Serve(a.ln) }()
+	a.log.Info("http server listening", slog.String("http", a.ln.Addr().String()))
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err) // never ErrServerClosed: only Shutdown below makes that
+	case <-consumersDone:
+	}
+	<-maintDone
+	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = a.srv.Shutdown(shCtx)
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", err)
+	}
+	return nil
+}
+
+// start waits for Postgres (and applies or checks the migrations), then
+// for Kafka, then makes sure the routed topics exist. Unreachable
+// dependencies are waited for, logging, until ctx ends: a pod started
+// during an outage waits, not ready, rather than crash-looping. Refused
+// credentials, untrusted TLS and missing migrations end it.
+func (a *App) start(ctx context.Context) error {
+	if err := a.waitFor(ctx, order.DependencyPostgres, a.startPostgres, postgresFatal); err != nil {
+		return err
+	}
+	if err := a.waitFor(ctx, order.DependencyKafka, a.kc.Ping, a.kafkaFatal); err != nil {
+		return err
+	}
 	if err := a.ensureTopics(ctx); err != nil {
 		a.log.Warn("could not ensure retry and DLQ topics; continuing", slog.String("error", err.Error()))
 	}
+	a.pause.Started()
+	return nil
+}
 
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
-	}
-	a.mu.Lock()
-	a.httpLn = ln
-	a.mu.Unlock()
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Serve(ln) }()
-
-	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	var bg sync.WaitGroup
-	a.probe(bgCtx)
-	bg.Add(2)
-	go func() { defer bg.Done(); a.probeLoop(bgCtx) }()
-	go func() { defer bg.Done(); a.lagLoop(bgCtx) }()
-	if err := a.maint.Start(bgCtx); err != nil {
-		stopBG()
-		bg.Wait()
+// startPostgres reaches Postgres and makes sure the schema is current.
+func (a *App) startPostgres(ctx context.Context) error {
+	if err := a.store.Ping(ctx); err != nil {
 		return err
 	}
+	if a.cfg.MigrateOnStart {
+		if err := postgres.Migrate(ctx, a.pool); err != nil {
+			return fmt.Errorf("migrate on start: %w", err)
+		}
+	}
+	pending, err := postgres.Pending(ctx, a.pool)
+	if err != nil {
+		return fmt.Errorf("check migrations: %w", err)
+	}
+	if len(pending) > 0 {
+		return fmt.Errorf("migrations missing (%s): run `billing migrate` or set BILLING_MIGRATE_ON_START=true", strings.Join(pending, ", "))
+	}
+	return nil
+}
 
+// startAttemptTimeout bounds one attempt to reach a dependency at start.
+const startAttemptTimeout = 30 * time.Second
+
+// waitFor runs check until it succeeds, fatal says its error cannot be
+// waited out, or ctx ends. Meanwhile dep is down in the pause, so /readyz
+// says what the process waits for. Only an outage (an unreachable
+// dependency) is waited out; any other error of check ends the start.
+// Kafka's dial errors carry no type: every one that fatal lets through is
+// waited out.
+func (a *App) waitFor(ctx context.Context, dep order.Dependency, check func(context.Context) error, fatal func(error) error) error {
+	bo := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, startAttemptTimeout)
+		err := check(actx)
+		cancel()
+		if err == nil {
+			a.pause.Resume(dep)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if ferr := fatal(err); ferr != nil {
+			return ferr
+		}
+		if dep != order.DependencyKafka && order.Classify(err) != order.ClassOutage {
+			return err
+		}
+		a.pause.Outage(dep, err)
+		a.log.Warn("waiting for "+string(dep), slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		t := time.NewTimer(bo)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		bo = min(2*bo, 10*time.Second)
+	}
+}
+
+// postgresFatal names the variable when Postgres refuses our credentials
+// or its certificate is not trusted: waiting does not fix either.
+func postgresFatal(err error) error {
+	var (
+		pgErr   *pgconn.PgError
+		certErr *tls.CertificateVerificationError
+		uaErr   x509.UnknownAuthorityError
+	)
+	switch {
+	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"):
+		return fmt.Errorf("postgres: authentication refused (SQLSTATE %s): check the user and password in BILLING_DATABASE_URL", pgErr.Code)
+	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
+		return errors.New("postgres: the database does not exist: check BILLING_DATABASE_URL")
+	case errors.As(err, &certErr), errors.As(err, &uaErr):
+		return errors.New("postgres: TLS certificate not trusted: check sslmode and sslrootcert in BILLING_DATABASE_URL")
+	}
+	return nil
+}
+
+// kafkaFatal: wrong credentials or TLS trust stop the program at once with
+// a line naming the variables (never their values).
+func (a *App) kafkaFatal(err error) error {
+	var certErr *tls.CertificateVerificationError
+	switch {
+	case errors.Is(err, kafkago.SASLAuthenticationFailed), errors.Is(err, kafkago.IllegalSASLState),
+		errors.Is(err, kafkago.UnsupportedSASLMechanism):
+		return fmt.Errorf("kafka: SASL authentication failed for user %q: check BILLING_KAFKA_SASL_USERNAME, BILLING_KAFKA_SASL_PASSWORD and BILLING_KAFKA_SASL_MECHANISM", a.cfg.KafkaSASLUsername)
+	case errors.As(err, &certErr):
+		return fmt.Errorf("kafka: TLS certificate not trusted (%v): check BILLING_KAFKA_TLS_CA_FILE", certErr.Err)
+	}
+	return nil
+}
+
+// consume runs one consumer per topic (the main one and each tier) until
+// ctx ends or one fails, which stops the others; each drains and makes its
+// final commit before the readers and the writer close.
+func (a *App) consume(ctx context.Context) error {
+	consumers, closeAll := a.newConsumers(ctx)
+	defer closeAll()
+	a.log.Info("billing started", slog.String("topic", a.cfg.KafkaTopic), slog.String("group", a.cfg.KafkaGroupID),
+		slog.Int("max_in_flight", a.cfg.MaxInFlight), slog.String("http", a.ln.Addr().String()))
+	g, gctx := errgroup.WithContext(ctx)
+	for _, c := range consumers {
+		g.Go(func() error { return c.Run(gctx) })
+	}
+	return g.Wait()
+}
+
+// newConsumers builds the consumers of the main topic and the tiers, and a
+// function that closes their readers and the routing writer. Readers are
+// built here rather than in New: a group reader joins its group at once,
+// and a process that is still waiting for Postgres must not hold partitions.
+func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func()) {
+	cfg := a.cfg
 	writer, closeWriter := a.kc.NewWriter()
 	routes := kafkain.Routes{Group: cfg.KafkaGroupID, RetryDelays: cfg.RetryDelaysDurations(), DLQTopic: cfg.KafkaDLQTopic}
 	for i := range cfg.RetryDelays {
@@ -285,55 +425,32 @@ func (a *App) Run(ctx context.Context) error {
 	billing := order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID)
 	handler := kafkain.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency)
 
-	type consumer struct {
-		reader *kafkago.Reader
-		c      *kafkain.Consumer
-	}
-	var consumers []consumer
+	var (
+		consumers []*kafkain.Consumer
+		readers   []*kafkago.Reader
+	)
 	for _, src := range a.sources(ctx) {
 		r := a.kc.NewReader(src.topic, src.group, a.tune.Reader)
-		consumers = append(consumers, consumer{r, kafkain.NewConsumer(r, handler, router, a.pause, a.Metrics, a.log,
+		readers = append(readers, r)
+		consumers = append(consumers, kafkain.NewConsumer(r, handler, router, a.pause, a.Metrics, a.log,
 			kafkain.Options{
 				Tier:             src.tier,
 				MaxInFlight:      cfg.MaxInFlight,
 				CommitInterval:   a.tune.CommitInterval,
 				DrainTimeout:     cfg.ShutdownTimeout,
 				OutageBackoffMin: a.tune.OutageBackoff,
-			})})
+			}))
 	}
-	a.log.Info("billing started", slog.String("topic", cfg.KafkaTopic), slog.String("group", cfg.KafkaGroupID),
-		slog.Int("max_in_flight", cfg.MaxInFlight), slog.String("http", ln.Addr().String()))
-
-	errs := make(chan error, len(consumers))
-	for _, c := range consumers {
-		go func() { errs <- c.c.Run(ctx) }()
-	}
-	var runErr error
-	for range consumers {
-		if err := <-errs; err != nil && runErr == nil {
-			runErr = err
+	return consumers, func() {
+		for _, r := range readers {
+			if err := r.Close(); err != nil {
+				a.log.Warn("close reader", slog.String("error", err.Error()))
+			}
+		}
+		if err := closeWriter(); err != nil {
+			a.log.Warn("close writer", slog.String("error", err.Error()))
 		}
 	}
-	// Every consumer drained and made its final commit: release in order.
-	for _, c := range consumers {
-		if err := c.reader.Close(); err != nil {
-			a.log.Warn("close reader", slog.String("error", err.Error()))
-		}
-	}
-	if err := closeWriter(); err != nil {
-		a.log.Warn("close writer", slog.String("error", err.Error()))
-	}
-	a.maint.Stop() // after the final commits, before the HTTP server and the pool
-	stopBG()
-	bg.Wait()
-	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shCtx)
-	if err := <-httpDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		a.log.Warn("http server", slog.String("error", err.Error()))
-	}
-	a.log.Info("billing stopped")
-	return runErr
 }
 
 // ensureTopics creates the retry tiers and the DLQ with as many partitions
@@ -361,44 +478,6 @@ func (a *App) ensureTopics(ctx context.Context) error {
 		specs = append(specs, kafka.TopicSpec{Name: a.cfg.RetryTopic(i + 1), Partitions: n, MinMaxMessageBytes: least})
 	}
 	return a.kc.EnsureTopics(ctx, specs)
-}
-
-// probe checks Postgres and Kafka once. A failed probe pauses consumption;
-// a good one ends a pause.
-func (a *App) probe(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	pgErr := a.store.Ping(pctx)
-	kErr := a.kc.Ping(pctx)
-	if ctx.Err() != nil {
-		return
-	}
-	a.mu.Lock()
-	a.pgOK, a.kafkaOK = pgErr == nil, kErr == nil
-	a.mu.Unlock()
-	switch {
-	case pgErr != nil:
-		a.pause.Outage("postgres", pgErr)
-	case kErr != nil:
-		a.pause.Outage("kafka", kErr)
-	default:
-		if p, dep := a.pause.Paused(); p && dep != "gateway" {
-			a.pause.Resume("probe")
-		}
-	}
-}
-
-func (a *App) probeLoop(ctx context.Context) {
-	t := time.NewTicker(a.tune.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			a.probe(ctx)
-		}
-	}
 }
 
 // lagLoop publishes billing_consumer_lag for the main topic and the tiers.

@@ -34,11 +34,13 @@ type harness struct {
 	t       *testing.T
 	app     *App
 	store   *postgres.Store
+	pool    *pgxpool.Pool
 	gw      *gatewaystub.Stub
 	brokers []string
 	cfg     config.Config
 	stop    context.CancelFunc
 	done    chan error
+	logw    io.Writer // also receives the log, when not nil
 }
 
 func newHarness(t *testing.T, gw *gatewaystub.Stub, mutate func(*config.Config)) *harness {
@@ -49,6 +51,13 @@ func newHarness(t *testing.T, gw *gatewaystub.Stub, mutate func(*config.Config))
 
 // newHarnessOn is newHarness on a database the test provides.
 func newHarnessOn(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, dsn string, mutate func(*config.Config)) *harness {
+	t.Helper()
+	return newHarnessLogged(t, gw, pool, dsn, mutate, nil)
+}
+
+// newHarnessLogged is newHarnessOn with the service's JSON log lines (debug
+// level and up) written to logw as well.
+func newHarnessLogged(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, dsn string, mutate func(*config.Config), logw io.Writer) *harness {
 	t.Helper()
 	// Records up to 8 MiB, so that the over-1-MiB bad record can be
 	// published and dead-lettered like on a broker configured for it.
@@ -69,7 +78,7 @@ func newHarnessOn(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, dsn st
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, store: postgres.NewStore(pool), gw: gw, brokers: kc.Brokers(), cfg: cfg}
+	h := &harness{t: t, logw: logw, store: postgres.NewStore(pool), pool: pool, gw: gw, brokers: kc.Brokers(), cfg: cfg}
 	h.start()
 	t.Cleanup(h.shutdown)
 	return h
@@ -93,13 +102,23 @@ func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
 // tell) with the harness's configuration.
 func (h *harness) start() {
 	h.t.Helper()
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	h.startWith(Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond})
+}
+
+// startWith is start with other tuning.
+func (h *harness) startWith(tune Tuning) {
+	h.t.Helper()
+	var w io.Writer = io.Discard
 	if testing.Verbose() {
-		log = slog.New(slog.NewJSONHandler(testWriter{h.t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		w = testWriter{h.t}
 	}
+	if h.logw != nil {
+		w = io.MultiWriter(w, h.logw)
+	}
+	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, stop := context.WithCancel(context.Background())
-	a, err := New(ctx, h.cfg, Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
-		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond}, log)
+	a, err := New(ctx, h.cfg, tune, log)
 	if err != nil {
 		stop()
 		h.t.Fatal(err)

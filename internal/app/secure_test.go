@@ -1,10 +1,14 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
@@ -47,7 +52,11 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 			log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 			ctx := context.Background()
 
-			_, err = New(ctx, cfg, Tuning{Reader: FastReader()}, log)
+			// New reaches nothing; Run's start-up checks find the refusal.
+			bad, err := New(ctx, cfg, Tuning{Reader: FastReader()}, log)
+			if err == nil {
+				err = bad.Run(ctx)
+			}
 			if err == nil {
 				t.Fatal("started with a wrong Kafka password")
 			}
@@ -86,4 +95,200 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Planted secrets, one per kind CONTRACT §2 names.
+const (
+	plantedDSNPassword  = "PgPl4nted-dsn-pw"
+	plantedSASLPassword = "SaslPl4nted-pw"
+	plantedGatewayPass  = "GwPl4nted-pw"
+	plantedGatewayUser  = "svc-planted-user"
+)
+
+var planted = []string{plantedDSNPassword, plantedSASLPassword, plantedGatewayPass, plantedGatewayUser}
+
+// lockedBuffer collects log lines written from many goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// noSecrets fails the test for every planted secret found in text.
+func noSecrets(t *testing.T, where, text string) {
+	t.Helper()
+	for _, s := range planted {
+		if strings.Contains(text, s) {
+			t.Errorf("%s contains the planted secret %q:\n%s", where, s, text)
+		}
+	}
+}
+
+// withPassword returns dsn with the planted password (the test clusters
+// trust local connections, so it is sent and ignored).
+func withPassword(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), plantedDSNPassword)
+	return u.String()
+}
+
+func gatewayWithUserinfo(t *testing.T, base string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(plantedGatewayUser, plantedGatewayPass)
+	return u.String()
+}
+
+// refusedAddr returns a loopback address nothing listens on.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// Every log line and error of runs with planted secrets (DSN password, SASL
+// password, gateway user info) through each failure path: bad
+// configuration, the configuration logged at start, SASLprep refusing the
+// password, Postgres and Kafka unreachable at start, and the gateway
+// refusing our credentials, failing, and refusing connections. None may
+// show a secret (CONTRACT §2), nor may a routed record's headers.
+func TestPlantedSecretsNeverShow(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.NewDB(t)
+	secretDSN := withPassword(t, dsn)
+	base := func(brokers []string, gateway string) config.Config {
+		cfg := testConfig(brokers, secretDSN, gatewayWithUserinfo(t, gateway))
+		cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = "plain", "billing", plantedSASLPassword
+		return cfg
+	}
+
+	t.Run("configuration", func(t *testing.T) {
+		t.Parallel()
+		cfg := base([]string{"127.0.0.1:9"}, "https://gateway.example/v1")
+		var logs lockedBuffer
+		slog.New(slog.NewJSONHandler(&logs, nil)).Info("configuration", slog.Any("config", cfg))
+		noSecrets(t, "the configuration log line", logs.String())
+		if !strings.Contains(logs.String(), "gateway.example") {
+			t.Errorf("configuration line %s: want the gateway host, masked user info", logs.String())
+		}
+		cfg.MaxInFlight = -1
+		if err := cfg.Validate(); err == nil {
+			t.Error("MaxInFlight -1 accepted")
+		} else {
+			noSecrets(t, "a configuration error", err.Error())
+		}
+	})
+
+	t.Run("SASLprep refuses the password", func(t *testing.T) {
+		t.Parallel()
+		cfg := base([]string{"127.0.0.1:9"}, "http://127.0.0.1:9")
+		cfg.KafkaSASLMechanism = "scram-sha-256"
+		cfg.KafkaSASLPassword = plantedSASLPassword + "\u0007" // a control character: SASLprep prohibits it
+		_, err := New(context.Background(), cfg, Tuning{}, slog.New(slog.DiscardHandler))
+		if err == nil {
+			t.Fatal("New accepted a password SASLprep refuses")
+		}
+		noSecrets(t, "the SASLprep error", err.Error())
+		if !strings.Contains(err.Error(), "BILLING_KAFKA_SASL_PASSWORD") {
+			t.Errorf("error %q: want it to name BILLING_KAFKA_SASL_PASSWORD", err)
+		}
+	})
+
+	// startAndStop runs cfg until Ready names dep, then stops it.
+	startAndStop := func(t *testing.T, cfg config.Config, dep string) {
+		t.Helper()
+		var logs lockedBuffer
+		ctx, stop := context.WithCancel(context.Background())
+		defer stop()
+		a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		poll.Until(t, "waiting for "+dep+" logged", 15*time.Second, func() bool {
+			return strings.Contains(logs.String(), "waiting for "+dep)
+		})
+		stop()
+		if err := <-done; err != nil {
+			noSecrets(t, "Run's error", err.Error())
+		}
+		noSecrets(t, "the log", logs.String())
+	}
+	t.Run("postgres unreachable at start", func(t *testing.T) {
+		t.Parallel()
+		cfg := base([]string{"127.0.0.1:9"}, "http://127.0.0.1:9")
+		cfg.DatabaseURL = config.Secret("postgres://billing:" + plantedDSNPassword + "@" + refusedAddr(t) + "/billing?sslmode=disable")
+		startAndStop(t, cfg, "postgres")
+	})
+	t.Run("kafka unreachable at start", func(t *testing.T) {
+		t.Parallel()
+		cfg := base([]string{refusedAddr(t)}, "http://127.0.0.1:9")
+		startAndStop(t, cfg, "kafka")
+	})
+
+	t.Run("gateway errors", func(t *testing.T) {
+		t.Parallel()
+		var logs lockedBuffer
+		gw := newSwitchedGateway(t)
+		gw.up()
+		pool, dsn := pgtest.NewDB(t)
+		h := newHarnessLogged(t, gw.stub, pool, withPassword(t, dsn), func(c *config.Config) {
+			c.PaymentBaseURL = gatewayWithUserinfo(t, gw.url())
+		}, &logs)
+		// 500 on every call: through the tiers to the DLQ, errors in x-error.
+		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault { return gatewaystub.Fault{Status: 500} })
+		_, m := event(t, "ord-secret-1", "cus-1", 100)
+		h.send(m)
+		dlq := kafkatest.ReadAll(t, h.brokers, h.cfg.KafkaDLQTopic, 1, 20*time.Second)
+		for _, rec := range dlq {
+			for _, hd := range rec.Headers {
+				noSecrets(t, "DLQ header "+hd.Key, string(hd.Value))
+			}
+		}
+		// Connections refused: an outage, logged with the error.
+		gw.down()
+		gw.stub.SetFault(nil)
+		_, m = event(t, "ord-secret-2", "cus-1", 100)
+		h.send(m)
+		poll.Until(t, "refused connections logged", 15*time.Second, func() bool {
+			return strings.Contains(logs.String(), "connection refused")
+		})
+		gw.up()
+		h.waitInvoice("ord-secret-2", order.StatusCharged)
+		// 401: an outage, logged with the gateway's answer.
+		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault { return gatewaystub.Fault{Status: 401} })
+		_, m = event(t, "ord-secret-3", "cus-1", 100)
+		h.send(m)
+		poll.Until(t, "the 401 pause logged", 15*time.Second, func() bool { return strings.Contains(logs.String(), "credentials refused") })
+		gw.stub.SetFault(nil)
+		h.waitInvoice("ord-secret-3", order.StatusCharged)
+		noSecrets(t, "the log", logs.String())
+		if !strings.Contains(logs.String(), "127.0.0.1") {
+			t.Error("the log never names the gateway's address; the test saw no gateway error")
+		}
+	})
 }

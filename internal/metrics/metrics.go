@@ -105,5 +105,8 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 	for _, r := range []string{"ok", "error", "skipped"} {
 		m.MaintenanceRuns.WithLabelValues(r)
 	}
+	for _, c := range PaymentCodes {
+		m.PaymentRequests.WithLabelValues(c)
+	}
 	return m
 }

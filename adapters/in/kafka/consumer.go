@@ -167,10 +167,11 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 		return
 	}
 	bo := backoff{min: c.opts.OutageBackoffMin, max: c.opts.OutageBackoffMax}
+	var heldFor order.Dependency // the outage this event last met; its retry is a probe of it
 	for attempt := 0; ; attempt++ {
 		outcome, err := c.handler.Handle(work, msg)
 		if err == nil {
-			c.pause.Resume("billing")
+			c.resumeHeld(heldFor)
 			c.final(msg, outcome, start)
 			if c.log.Enabled(work, slog.LevelDebug) {
 				log().Debug("event handled", slog.String("outcome", string(outcome)))
@@ -187,12 +188,12 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 			return
 		case order.ClassOutage:
 			var oe *order.OutageError
-			dep := "dependency"
+			heldFor = "dependency"
 			if errors.As(err, &oe) {
-				dep = oe.Dependency
+				heldFor = oe.Dependency
 			}
-			c.pause.Outage(dep, err)
-			if bo.wait(stop, attempt) != nil {
+			c.pause.Outage(heldFor, err)
+			if c.pause.HoldOff(stop, heldFor, bo.delay(attempt)) != nil {
 				log().Info("event interrupted by shutdown during an outage, left uncommitted")
 				return
 			}
@@ -200,7 +201,7 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 		}
 		var ve *order.ValidationError
 		if !errors.As(err, &ve) {
-			c.pause.Resume("billing") // a dependency answered
+			c.resumeHeld(heldFor) // the dependency answered, though not with success
 		}
 		outcome, rerr := c.router.Route(work, msg, c.opts.Tier, class, err)
 		if rerr != nil {
@@ -209,6 +210,14 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 		}
 		c.final(msg, outcome, start)
 		return
+	}
+}
+
+// resumeHeld ends the outage of dep, which an event held for it has just
+// got past; "" (the event met no outage) is no evidence of anything.
+func (c *Consumer) resumeHeld(dep order.Dependency) {
+	if dep != "" {
+		c.pause.Resume(dep)
 	}
 }
 

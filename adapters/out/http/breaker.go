@@ -10,7 +10,8 @@ import (
 	"github.com/acme/billing/core/order"
 )
 
-// BreakerSettings are the circuit breaker's thresholds. The breaker opens
+// BreakerSettings are the circuit breaker's thresholds, and the streak of
+// calls without a reply that makes an outage at any rate. The breaker opens
 // when, within the last Window, at least MinRequests calls finished and at
 // least FailureRatio of them failed. A failure is a call that says the
 // gateway is unwell: a 5xx, a 429, no reply (network error, timeout). A
@@ -24,6 +25,10 @@ type BreakerSettings struct {
 	MinRequests  uint32        // default 20
 	FailureRatio float64       // default 0.9
 	CoolDown     time.Duration // default 5s
+	// ConsecutiveNoReply calls in a row that got no reply (could not
+	// connect, timed out) make the gateway an outage, whatever the rate;
+	// default 3.
+	ConsecutiveNoReply int32
 }
 
 // Breaker defaults (CONTRACT.md §4: "the gateway failing nearly every call").
@@ -32,6 +37,11 @@ const (
 	DefaultBreakerMinRequests  = 20
 	DefaultBreakerFailureRatio = 0.9
 	DefaultBreakerCoolDown     = 5 * time.Second
+	// DefaultConsecutiveNoReply is "its last few calls all failing to
+	// connect or timing out" (CONTRACT.md §4): few enough that a slow
+	// stream pauses before its events go through the tiers, more than one
+	// so that a single lost connection stays an event's transient error.
+	DefaultConsecutiveNoReply = 3
 )
 
 // breakerBuckets is how many buckets the rolling window has: calls leave the
@@ -44,6 +54,7 @@ type verdict int
 const (
 	verdictHealthy verdict = iota
 	verdictUnhealthy
+	verdictNoReply  // unhealthy, and the gateway did not answer at all
 	verdictExcluded // the caller gave up: says nothing either way
 )
 
@@ -91,7 +102,7 @@ func newBreaker(s BreakerSettings, log *slog.Logger) (*gobreaker.CircuitBreaker[
 			done := c.TotalSuccesses + c.TotalFailures
 			return done >= s.MinRequests && float64(c.TotalFailures) >= s.FailureRatio*float64(done)
 		},
-		IsSuccessful: func(err error) bool { return verdictOf(err) != verdictUnhealthy },
+		IsSuccessful: func(err error) bool { v := verdictOf(err); return v != verdictUnhealthy && v != verdictNoReply },
 		IsExcluded:   func(err error) bool { return verdictOf(err) == verdictExcluded },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			level := slog.LevelInfo

@@ -16,10 +16,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,15 +49,17 @@ var _ order.PaymentGateway = (*Client)(nil)
 // Client charges orders at the payment gateway. It is safe for concurrent
 // use; create one per gateway and share it.
 type Client struct {
-	endpoint string // POST target, userinfo included (net/http sends it as basic auth)
-	redacted string // endpoint without userinfo, the only form that appears in errors and logs
-	timeout  time.Duration
-	hc       *http.Client
-	requests *prometheus.CounterVec
-	duration prometheus.Histogram
-	log      *slog.Logger
-	breaker  *gobreaker.CircuitBreaker[order.ChargeResult]
-	coolDown time.Duration
+	endpoint   string // POST target, userinfo included (net/http sends it as basic auth)
+	redacted   string // endpoint without userinfo, the only form that appears in errors and logs
+	timeout    time.Duration
+	hc         *http.Client
+	requests   *prometheus.CounterVec
+	duration   prometheus.Histogram
+	log        *slog.Logger
+	breaker    *gobreaker.CircuitBreaker[order.ChargeResult]
+	coolDown   time.Duration
+	noReplies  atomic.Int32 // calls in a row that got no reply
+	maxNoReply int32        // noReplies at which the gateway is an outage
 }
 
 // Option configures a Client.
@@ -152,6 +156,10 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 	}
 	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	c.breaker, c.coolDown = newBreaker(o.breaker, c.log)
+	c.maxNoReply = o.breaker.ConsecutiveNoReply
+	if c.maxNoReply <= 0 {
+		c.maxNoReply = DefaultConsecutiveNoReply
+	}
 	return c, nil
 }
 
@@ -160,11 +168,9 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 func chargesURL(base string) (endpoint, redacted string, err error) {
 	u, err := url.Parse(base)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the whole URL
-		}
-		return "", "", fmt.Errorf("not a URL: %w", err)
+		// url.Error repeats the whole URL, and its cause may quote a part
+		// of it ("invalid port \":pa55\" after host" when the @ is missing).
+		return "", "", errors.New("not a URL (details withheld: they may quote user info)")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", "", fmt.Errorf("scheme %q, want http or https", u.Scheme)
@@ -217,19 +223,63 @@ type chargeReply struct {
 //   - 409 with Retry-After or {"error":"in_progress"}: *order.TransientError
 //     (the key is still being processed); any other 409: ChargeSucceeded,
 //     with the charge_id of the body if it has one (the key was processed).
+//   - 401, 403 (the service's own credentials refused): an
+//     *order.OutageError of the gateway; every event would meet the same.
 //   - 422 and every other 4xx: *order.PermanentError.
 //   - 429, 5xx, and any other status (a 3xx: redirects are not followed):
 //     *order.TransientError, RetryAfter from the Retry-After header.
 //   - No reply (timeout, connection refused or reset, EOF, DNS, TLS): a
 //     *order.TransientError, since a missing reply says nothing about
 //     whether the gateway charged; the same key makes the retry safe.
+//     Once the last few calls (BreakerSettings.ConsecutiveNoReply) all got
+//     no reply, an *order.OutageError of the gateway wrapping it instead.
 //   - ctx canceled by the caller: an error wrapping context.Canceled (the
 //     service is shutting down; the event is neither failed nor final).
 //   - The breaker open: *order.OutageError{Dependency: "gateway"} without
 //     calling the gateway.
 func (c *Client) Charge(ctx context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := c.chargeOnce(ctx, req)
+		// A connection that could not even be opened carried nothing: trying
+		// again at once is free of risk, and it is how a slow stream meets
+		// the streak that makes an outage on its first event instead of
+		// sending events through the tiers until then.
+		if !couldNotConnect(err) || order.Classify(err) != order.ClassTransient || attempt >= int(c.maxNoReply) {
+			return res, err
+		}
+		t := time.NewTimer(time.Duration(attempt) * redialDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		}
+	}
+}
+
+// redialDelay is the wait before the first new attempt after a connection
+// could not be opened; the next waits grow by as much.
+const redialDelay = 50 * time.Millisecond
+
+// couldNotConnect reports whether err is a failure to open a connection
+// (refused, no route, DNS), before any byte of the request was sent.
+func couldNotConnect(err error) bool {
+	if err == nil {
+		return false
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+// chargeOnce is one call of Charge through the breaker.
+func (c *Client) chargeOnce(ctx context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
 	res, err := c.breaker.Execute(func() (order.ChargeResult, error) {
 		res, v, err := c.post(ctx, req)
+		streak := c.countNoReply(v)
+		if v == verdictNoReply && streak >= c.maxNoReply {
+			err = &order.OutageError{Dependency: order.DependencyGateway,
+				Err: fmt.Errorf("the last %d calls got no reply: %w", streak, err)}
+		}
 		if err != nil {
 			return res, &judged{err: err, v: v}
 		}
@@ -240,13 +290,27 @@ func (c *Client) Charge(ctx context.Context, req order.ChargeRequest) (order.Cha
 	}
 	switch {
 	case errors.Is(err, gobreaker.ErrOpenState):
-		return order.ChargeResult{}, &order.OutageError{Dependency: "gateway",
+		return order.ChargeResult{}, &order.OutageError{Dependency: order.DependencyGateway,
 			Err: fmt.Errorf("%w (circuit breaker open; next probe within %v)", ErrCircuitOpen, c.coolDown)}
 	case errors.Is(err, gobreaker.ErrTooManyRequests):
-		return order.ChargeResult{}, &order.OutageError{Dependency: "gateway",
+		return order.ChargeResult{}, &order.OutageError{Dependency: order.DependencyGateway,
 			Err: fmt.Errorf("%w (circuit breaker half-open; a probe call is in flight)", ErrCircuitOpen)}
 	}
 	return res, err
+}
+
+// countNoReply keeps the streak of calls without a reply: a call with no
+// reply extends it, any reply ends it, a call the caller gave up on leaves
+// it. It returns the streak after this call.
+func (c *Client) countNoReply(v verdict) int32 {
+	switch v {
+	case verdictNoReply:
+		return c.noReplies.Add(1)
+	case verdictExcluded:
+		return c.noReplies.Load()
+	}
+	c.noReplies.Store(0)
+	return 0
 }
 
 // ErrCircuitOpen is wrapped by the OutageError that Charge returns while the
@@ -327,10 +391,10 @@ func (c *Client) noReply(ctx, rctx context.Context, resp *http.Response, err err
 		return order.ChargeResult{}, verdictExcluded, &order.TransientError{Op: op,
 			Err: fmt.Errorf("POST %s: %s within the caller's deadline: %w", c.redacted, what, err)}
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return order.ChargeResult{}, verdictUnhealthy, &order.TransientError{Op: op,
+		return order.ChargeResult{}, verdictNoReply, &order.TransientError{Op: op,
 			Err: fmt.Errorf("POST %s: %s within %v: %w", c.redacted, what, c.timeout, err)}
 	}
-	return order.ChargeResult{}, verdictUnhealthy, &order.TransientError{Op: op,
+	return order.ChargeResult{}, verdictNoReply, &order.TransientError{Op: op,
 		Err: fmt.Errorf("POST %s: %s: %w", c.redacted, what, err)}
 }
 
@@ -368,6 +432,12 @@ func (c *Client) reply(resp *http.Response, raw []byte) (order.ChargeResult, ver
 		// The provider already processed this key. Which charge it made is
 		// not said unless the body names it.
 		return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: body.ChargeID, Replayed: true}, verdictHealthy, nil
+
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		// The service's own credentials, not this event: every event
+		// would get the same answer (CONTRACT.md §6).
+		return order.ChargeResult{}, verdictHealthy, &order.OutageError{Dependency: order.DependencyGateway,
+			Err: fmt.Errorf("%s: POST %s: %d %s: credentials refused%s", op, c.redacted, status, http.StatusText(status), detail(body))}
 
 	case status == http.StatusTooManyRequests || status >= 500:
 		return order.ChargeResult{}, verdictUnhealthy, c.transient(resp, "%d %s%s", status, http.StatusText(status), detail(body))

@@ -153,8 +153,8 @@ func TestReplyMapping(t *testing.T) {
 			order.ChargeResult{Status: order.ChargeDeclined, Replayed: true}, -1, 0},
 		{"422 key reused", 422, nil, `{"error":"idempotency_key_reused"}`, order.ChargeResult{}, order.ClassPermanent, 0},
 		{"400", 400, nil, `{"error":"invalid_request","message":"amount\nmust be > 0"}`, order.ChargeResult{}, order.ClassPermanent, 0},
-		{"401", 401, nil, ``, order.ChargeResult{}, order.ClassPermanent, 0},
-		{"403", 403, nil, ``, order.ChargeResult{}, order.ClassPermanent, 0},
+		{"401 credentials refused", 401, nil, `{"error":"invalid_api_key"}`, order.ChargeResult{}, order.ClassOutage, 0},
+		{"403 credentials refused", 403, nil, ``, order.ChargeResult{}, order.ClassOutage, 0},
 		{"404", 404, nil, `not found`, order.ChargeResult{}, order.ClassPermanent, 0},
 		{"405", 405, nil, ``, order.ChargeResult{}, order.ClassPermanent, 0},
 		{"413", 413, nil, ``, order.ChargeResult{}, order.ClassPermanent, 0},
@@ -223,6 +223,11 @@ func TestReplyMapping(t *testing.T) {
 				if tt.wantClass == order.ClassPermanent {
 					if _, ok := errors.AsType[*order.PermanentError](err); !ok {
 						t.Errorf("error %v is not a *order.PermanentError", err)
+					}
+				}
+				if tt.wantClass == order.ClassOutage {
+					if oe, ok := errors.AsType[*order.OutageError](err); !ok || oe.Dependency != order.DependencyGateway {
+						t.Errorf("error %v is not a gateway *order.OutageError", err)
 					}
 				}
 			}
@@ -455,8 +460,8 @@ func TestConnectionRefusedRedactsUserinfo(t *testing.T) {
 	_ = ln.Close() // nothing listens there now
 	c, m := newClient(t, "http://alice:s3cret@"+addr, 2*time.Second)
 	_, err = c.Charge(context.Background(), chargeReq(t, "ord-1", "cus-1"))
-	if cl := order.Classify(err); cl != order.ClassTransient {
-		t.Fatalf("err = %v (class %v), want transient", err, cl)
+	if cl := order.Classify(err); cl != order.ClassOutage { // refused every attempt: TestConsecutiveNoReplyIsOutage
+		t.Fatalf("err = %v (class %v), want outage", err, cl)
 	}
 	if _, ok := errors.AsType[*net.OpError](err); !ok {
 		t.Errorf("err = %v, want it to wrap the *net.OpError", err)
@@ -465,8 +470,8 @@ func TestConnectionRefusedRedactsUserinfo(t *testing.T) {
 	if strings.Contains(msg, "s3cret") || strings.Contains(msg, "alice") || !strings.Contains(msg, addr) {
 		t.Errorf("error text %q: want the address and no userinfo", msg)
 	}
-	if n := requestsWithCode(m, "error"); n != 1 {
-		t.Errorf(`requests{code="error"} = %d, want 1`, n)
+	if n := requestsWithCode(m, "error"); n != DefaultConsecutiveNoReply {
+		t.Errorf(`requests{code="error"} = %d, want %d`, n, DefaultConsecutiveNoReply)
 	}
 }
 
@@ -627,7 +632,7 @@ func TestBreakerIgnoresNonTransientReplies(t *testing.T) {
 	// Every reply the same: a gateway that says only this is still a working
 	// gateway. A 200 with no body is a transient error of the event, yet not
 	// a sign of an outage.
-	for _, code := range []int{400, 401, 403, 404, 402, 409, 422, 200} {
+	for _, code := range []int{400, 404, 402, 409, 422, 200} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			t.Parallel()
 			base := serve(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(code) })
@@ -816,4 +821,96 @@ func TestIdleConnsKeepEveryConnection(t *testing.T) {
 	if got := opened.Load() - first; got != 0 {
 		t.Errorf("second wave opened %d new connections, want 0 (all %d kept idle)", got, n)
 	}
+}
+
+// TestCredentialsRefusedIsOutage: a gateway refusing the service itself
+// (an expired API key) fails every event alike; each such call is an outage
+// of the gateway, at once and at any rate, and the next accepted call is
+// an ordinary one.
+func TestCredentialsRefusedIsOutage(t *testing.T) {
+	t.Parallel()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	base := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		if refuse.Load() {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"charge_id":"ch_1","status":"succeeded"}`)
+	})
+	c, _ := newClient(t, base, 5*time.Second)
+	_, err := c.Charge(context.Background(), chargeReq(t, "ord-1", "cus-1"))
+	oe, ok := errors.AsType[*order.OutageError](err)
+	if !ok || oe.Dependency != order.DependencyGateway {
+		t.Fatalf("first 401: err = %v, want a gateway *order.OutageError", err)
+	}
+	refuse.Store(false)
+	if res, err := c.Charge(context.Background(), chargeReq(t, "ord-1", "cus-1")); err != nil || res.Status != order.ChargeSucceeded {
+		t.Fatalf("after the key is accepted again: %+v, %v; want a charge", res, err)
+	}
+}
+
+// TestConsecutiveNoReplyIsOutage: the last few calls all failing to connect
+// or timing out make an outage whatever the traffic rate (the breaker's
+// ratio needs MinRequests calls in its window, which a slow stream never
+// reaches); any reply ends the streak.
+func TestConsecutiveNoReplyIsOutage(t *testing.T) {
+	t.Parallel()
+	t.Run("connection refused", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		// A refused connection carried nothing: the charge itself tries
+		// again at once, so the first event of a slow stream already meets
+		// the streak, and no event goes to a retry tier.
+		c, m := newClient(t, "http://"+addr, 2*time.Second, WithBreaker(BreakerSettings{ConsecutiveNoReply: 3}))
+		for n := 1; n <= 2; n++ {
+			_, err := c.Charge(context.Background(), chargeReq(t, "ord-1", "cus-1"))
+			if cl := order.Classify(err); cl != order.ClassOutage {
+				t.Fatalf("charge %d: %v (class %v), want outage", n, err, cl)
+			}
+		}
+		if n := requestsWithCode(m, "error"); n != 4 {
+			t.Errorf(`requests{code="error"} = %d, want 3 attempts of the first charge and 1 of the second`, n)
+		}
+	})
+	t.Run("timeouts, then a reply", func(t *testing.T) {
+		t.Parallel()
+		var answer atomic.Int32 // 0: hang
+		base := serve(t, func(w http.ResponseWriter, r *http.Request) {
+			if code := answer.Load(); code != 0 {
+				w.WriteHeader(int(code))
+				_, _ = io.WriteString(w, `{"charge_id":"ch_1","status":"succeeded"}`)
+				return
+			}
+			hang(nil)(w, r)
+		})
+		c, _ := newClient(t, base, 100*time.Millisecond, WithBreaker(BreakerSettings{ConsecutiveNoReply: 3}))
+		charge := func() error {
+			_, err := c.Charge(context.Background(), chargeReq(t, "ord-1", "cus-1"))
+			return err
+		}
+		for n := 1; n <= 3; n++ {
+			want := order.ClassTransient
+			if n == 3 {
+				want = order.ClassOutage
+			}
+			if err := charge(); order.Classify(err) != want {
+				t.Fatalf("timeout %d: %v, want %v", n, err, want)
+			}
+		}
+		answer.Store(http.StatusServiceUnavailable) // a reply, though not a good one
+		if err := charge(); order.Classify(err) != order.ClassTransient {
+			t.Fatalf("503 after the timeouts: %v, want transient", err)
+		}
+		answer.Store(0)
+		if err := charge(); order.Classify(err) != order.ClassTransient {
+			t.Fatalf("one timeout after a reply: %v, want transient (the streak starts again)", err)
+		}
+	})
 }
