@@ -300,6 +300,13 @@ func (batch *Batch) readMessage(
 		batch.err = dontExpectEOF(err)
 	}
 
+	// billing patch: hidden batches (markers, aborted records) were read
+	// whole and take offsets; the next fetch starts after them even when no
+	// record follows them in this one.
+	if batch.msgs != nil && batch.msgs.hiddenNext > batch.offset {
+		batch.offset = batch.msgs.hiddenNext
+	}
+
 	return
 }
 

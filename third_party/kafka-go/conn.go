@@ -848,12 +848,13 @@ func (c *Conn) ReadBatchWith(cfg ReadBatchConfig) *Batch {
 	var throttle int32
 	var highWaterMark int64
 	var remain int
+	var aborted []abortedTransaction
 
 	switch fetchVersion {
 	case v10:
-		throttle, highWaterMark, remain, err = readFetchResponseHeaderV10(&c.rbuf, size)
+		throttle, highWaterMark, remain, aborted, err = readFetchResponseHeaderV10(&c.rbuf, size)
 	case v5:
-		throttle, highWaterMark, remain, err = readFetchResponseHeaderV5(&c.rbuf, size)
+		throttle, highWaterMark, remain, aborted, err = readFetchResponseHeaderV5(&c.rbuf, size)
 	default:
 		throttle, highWaterMark, remain, err = readFetchResponseHeaderV2(&c.rbuf, size)
 	}
@@ -866,7 +867,8 @@ func (c *Conn) ReadBatchWith(cfg ReadBatchConfig) *Batch {
 		if highWaterMark == offset {
 			msgs = &messageSetReader{empty: true}
 		} else {
-			msgs, err = newMessageSetReader(&c.rbuf, remain)
+			// billing patch: the filter is set before the first header is read.
+			msgs, err = newMessageSetReaderTxn(&c.rbuf, remain, newTxnFilter(cfg.IsolationLevel == ReadCommitted, aborted))
 		}
 	}
 	if errors.Is(err, errShortRead) {

@@ -23,6 +23,11 @@ type messageSetReader struct {
 	lengthRemain int
 
 	decompressed *bytes.Buffer
+
+	// billing patch: txn hides control batches and, under read_committed,
+	// aborted records; hiddenNext is the offset after the last batch hidden.
+	txn        *txnFilter
+	hiddenNext int64
 }
 
 type readerStack struct {
@@ -82,12 +87,19 @@ func (h messagesHeader) badMagic() error {
 }
 
 func newMessageSetReader(reader *bufio.Reader, remain int) (*messageSetReader, error) {
+	return newMessageSetReaderTxn(reader, remain, nil)
+}
+
+// newMessageSetReaderTxn is newMessageSetReader with a filter of the
+// transaction markers and aborted records (billing patch).
+func newMessageSetReaderTxn(reader *bufio.Reader, remain int, txn *txnFilter) (*messageSetReader, error) {
 	res := &messageSetReader{
 		readerStack: &readerStack{
 			reader: reader,
 			remain: remain,
 		},
 		decompressed: acquireBuffer(),
+		txn:          txn,
 	}
 	err := res.readHeader()
 	return res, err
@@ -127,6 +139,9 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 		return
 	}
 	if err = r.readHeader(); err != nil {
+		return
+	}
+	if err = r.hideBatches(); err != nil { // billing patch
 		return
 	}
 	switch r.header.magic {

@@ -366,12 +366,8 @@ func readFetchResponseHeaderV2(r *bufio.Reader, size int) (throttle int32, water
 	return
 }
 
-func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, watermark int64, remain int, err error) {
+func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, watermark int64, remain int, abortedTransactions []abortedTransaction, err error) {
 	var n int32
-	type AbortedTransaction struct {
-		ProducerId  int64
-		FirstOffset int64
-	}
 	var p struct {
 		Partition           int32
 		ErrorCode           int16
@@ -380,7 +376,6 @@ func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, water
 		LogStartOffset      int64
 	}
 	var messageSetSize int32
-	var abortedTransactions []AbortedTransaction
 
 	if remain, err = readInt32(r, size, &throttle); err != nil {
 		return
@@ -427,7 +422,7 @@ func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, water
 	if abortedTransactionLen == -1 {
 		abortedTransactions = nil
 	} else {
-		abortedTransactions = make([]AbortedTransaction, abortedTransactionLen)
+		abortedTransactions = make([]abortedTransaction, abortedTransactionLen)
 		for i := 0; i < abortedTransactionLen; i++ {
 			if remain, err = read(r, remain, &abortedTransactions[i]); err != nil {
 				return
@@ -457,13 +452,9 @@ func readFetchResponseHeaderV5(r *bufio.Reader, size int) (throttle int32, water
 
 }
 
-func readFetchResponseHeaderV10(r *bufio.Reader, size int) (throttle int32, watermark int64, remain int, err error) {
+func readFetchResponseHeaderV10(r *bufio.Reader, size int) (throttle int32, watermark int64, remain int, abortedTransactions []abortedTransaction, err error) {
 	var n int32
 	var errorCode int16
-	type AbortedTransaction struct {
-		ProducerId  int64
-		FirstOffset int64
-	}
 	var p struct {
 		Partition           int32
 		ErrorCode           int16
@@ -472,7 +463,6 @@ func readFetchResponseHeaderV10(r *bufio.Reader, size int) (throttle int32, wate
 		LogStartOffset      int64
 	}
 	var messageSetSize int32
-	var abortedTransactions []AbortedTransaction
 
 	if remain, err = readInt32(r, size, &throttle); err != nil {
 		return
@@ -531,7 +521,7 @@ func readFetchResponseHeaderV10(r *bufio.Reader, size int) (throttle int32, wate
 	if abortedTransactionLen == -1 {
 		abortedTransactions = nil
 	} else {
-		abortedTransactions = make([]AbortedTransaction, abortedTransactionLen)
+		abortedTransactions = make([]abortedTransaction, abortedTransactionLen)
 		for i := 0; i < abortedTransactionLen; i++ {
 			if remain, err = read(r, remain, &abortedTransactions[i]); err != nil {
 				return
