@@ -138,6 +138,53 @@ func TestTransactionsRealBroker(t *testing.T) {
 		}
 	})
 
+	// A transaction left open holds back what follows it (the last stable
+	// offset stops there); once it commits, the reader goes on in order.
+	t.Run("open", func(t *testing.T) {
+		topic := kafkatest.UniqueName(t, "txn.open")
+		kafkatest.CreateTopics(t, brokers, 1, topic)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		txnCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+			kgo.TransactionalID(kafkatest.UniqueName(t, "txn")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer txnCl.Close()
+		if err := txnCl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txnCl.ProduceSync(ctx, &kgo.Record{Key: []byte("k"), Value: []byte("o1")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		plainCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer plainCl.Close()
+		if err := plainCl.ProduceSync(ctx, &kgo.Record{Key: []byte("k"), Value: []byte("after")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		r := kc.NewReader(topic, kafkatest.UniqueName(t, "g"), FastReader())
+		defer r.Close()
+		// The reader is fetching at the open transaction when it ends.
+		poll.Until(t, "reader fetching", 10*time.Second, func() bool { return r.Stats().Fetches > 0 })
+		if err := txnCl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for len(got) < 2 {
+			m, err := r.FetchMessage(ctx)
+			if err != nil {
+				t.Fatalf("fetch after %q: %v", got, err)
+			}
+			got = append(got, string(m.Value))
+		}
+		if want := []string{"o1", "after"}; !slices.Equal(got, want) {
+			t.Errorf("read %q, want %q", got, want)
+		}
+	})
+
 	// The service bills the committed orders and the plain ones, never the
 	// aborted one, and routes nothing to the DLQ. All records share one
 	// key, so one partition: once the last plain record is billed, the
