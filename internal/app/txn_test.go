@@ -111,32 +111,7 @@ func TestTransactionsRealBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The reader billing builds sees the committed records in order and
-	// nothing else, also when the partition ends with an aborted
-	// transaction that a later record follows.
-	t.Run("reader", func(t *testing.T) {
-		topic := kafkatest.UniqueName(t, "txn.reader")
-		kafkatest.CreateTopics(t, brokers, 1, topic)
-		produceSteps(t, brokers, topic,
-			plain(rec("k", "p1")), committed(rec("k", "a1"), rec("k", "a2")), plain(rec("k", "p2")),
-			aborted(rec("k", "b1"), rec("k", "b2")), plain(rec("k", "p3")), committed(rec("k", "c")),
-			aborted(rec("k", "b3")), plain(rec("k", "z")))
-		r := kc.NewReader(topic, kafkatest.UniqueName(t, "g"), FastReader())
-		defer r.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		var got []string
-		for !slices.Contains(got, "z") {
-			m, err := r.FetchMessage(ctx)
-			if err != nil {
-				t.Fatalf("fetch after %q: %v", got, err)
-			}
-			got = append(got, string(m.Value))
-		}
-		if want := []string{"p1", "a1", "a2", "p2", "p3", "c", "z"}; !slices.Equal(got, want) {
-			t.Errorf("read %q, want %q (no aborted record, no marker)", got, want)
-		}
-	})
+	t.Run("reader", func(t *testing.T) { readerSkipsAbortedAndMarkers(t, kc, brokers) })
 
 	// A transaction left open holds back what follows it (the last stable
 	// offset stops there); once it commits, the reader goes on in order.
@@ -223,31 +198,7 @@ func TestTransactionsRealBroker(t *testing.T) {
 		}
 	})
 
-	// dlq replay copies the committed and plain DLQ records only, also when
-	// the DLQ ends with an abort marker.
-	t.Run("replay", func(t *testing.T) {
-		dlq, target := kafkatest.UniqueName(t, "txn.dlq"), kafkatest.UniqueName(t, "txn.replayed")
-		kafkatest.CreateTopics(t, brokers, 1, dlq, target)
-		produceSteps(t, brokers, dlq,
-			plain(rec("k", "d0")), committed(rec("k", "d1")), aborted(rec("k", "e1")),
-			committed(rec("k", "d2"), rec("k", "d3")), aborted(rec("k", "e2")))
-		log := slog.New(slog.NewTextHandler(io.Discard, nil))
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if n, err := replay.Run(ctx, kc, dlq, target, replay.Options{DryRun: true}, log); err != nil || n != 4 {
-			t.Errorf("dry run: %d, %v; want 4", n, err)
-		}
-		if n, err := replay.Run(ctx, kc, dlq, target, replay.Options{}, log); err != nil || n != 4 {
-			t.Fatalf("replay: %d, %v; want 4", n, err)
-		}
-		var got []string
-		for _, m := range kafkatest.ReadAll(t, brokers, target, 4, 10*time.Second) {
-			got = append(got, string(m.Value))
-		}
-		if want := []string{"d0", "d1", "d2", "d3"}; !slices.Equal(got, want) {
-			t.Errorf("replayed %q, want %q", got, want)
-		}
-	})
+	t.Run("replay", func(t *testing.T) { replayCopiesCommittedOnly(t, kc, brokers) })
 }
 
 // newRealHarness is newHarnessOn against the given real broker: its own
@@ -271,4 +222,71 @@ func newRealHarness(t *testing.T, brokers []string) *harness {
 	h.start()
 	t.Cleanup(h.shutdown)
 	return h
+}
+
+// TestTransactionsKfake is the reader and replay cases on the in-process
+// broker, which implements transactions too: quicker, and a second broker
+// implementation of the markers and the aborted-transaction list.
+func TestTransactionsKfake(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.NewFake(t).Brokers()
+	kc, err := kafka.NewConn(kafka.Settings{Brokers: brokers, ClientID: "txn-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("reader", func(t *testing.T) { readerSkipsAbortedAndMarkers(t, kc, brokers) })
+	t.Run("replay", func(t *testing.T) { replayCopiesCommittedOnly(t, kc, brokers) })
+}
+
+// readerSkipsAbortedAndMarkers: the reader billing builds sees the committed
+// records in order and nothing else, also when the partition ends with an
+// aborted transaction that a later record follows.
+func readerSkipsAbortedAndMarkers(t *testing.T, kc *kafka.Conn, brokers []string) {
+	topic := kafkatest.UniqueName(t, "txn.reader")
+	kafkatest.CreateTopics(t, brokers, 1, topic)
+	produceSteps(t, brokers, topic,
+		plain(rec("k", "p1")), committed(rec("k", "a1"), rec("k", "a2")), plain(rec("k", "p2")),
+		aborted(rec("k", "b1"), rec("k", "b2")), plain(rec("k", "p3")), committed(rec("k", "c")),
+		aborted(rec("k", "b3")), plain(rec("k", "z")))
+	r := kc.NewReader(topic, kafkatest.UniqueName(t, "g"), FastReader())
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []string
+	for !slices.Contains(got, "z") {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatalf("fetch after %q: %v", got, err)
+		}
+		got = append(got, string(m.Value))
+	}
+	if want := []string{"p1", "a1", "a2", "p2", "p3", "c", "z"}; !slices.Equal(got, want) {
+		t.Errorf("read %q, want %q (no aborted record, no marker)", got, want)
+	}
+}
+
+// replayCopiesCommittedOnly: dlq replay copies the committed and plain DLQ
+// records only, also when the DLQ ends with an abort marker.
+func replayCopiesCommittedOnly(t *testing.T, kc *kafka.Conn, brokers []string) {
+	dlq, target := kafkatest.UniqueName(t, "txn.dlq"), kafkatest.UniqueName(t, "txn.replayed")
+	kafkatest.CreateTopics(t, brokers, 1, dlq, target)
+	produceSteps(t, brokers, dlq,
+		plain(rec("k", "d0")), committed(rec("k", "d1")), aborted(rec("k", "e1")),
+		committed(rec("k", "d2"), rec("k", "d3")), aborted(rec("k", "e2")))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if n, err := replay.Run(ctx, kc, dlq, target, replay.Options{DryRun: true}, log); err != nil || n != 4 {
+		t.Errorf("dry run: %d, %v; want 4", n, err)
+	}
+	if n, err := replay.Run(ctx, kc, dlq, target, replay.Options{}, log); err != nil || n != 4 {
+		t.Fatalf("replay: %d, %v; want 4", n, err)
+	}
+	var got []string
+	for _, m := range kafkatest.ReadAll(t, brokers, target, 4, 10*time.Second) {
+		got = append(got, string(m.Value))
+	}
+	if want := []string{"d0", "d1", "d2", "d3"}; !slices.Equal(got, want) {
+		t.Errorf("replayed %q, want %q", got, want)
+	}
 }
