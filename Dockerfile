@@ -11,6 +11,9 @@ FROM golang:1.26-bookworm AS build
 WORKDIR /src
 # Module download first, so source edits do not invalidate this layer.
 COPY go.mod go.sum ./
+# kafka-go is replaced by the patched copy in third_party (see its PATCHES.md):
+# go mod download reads the replacement's go.mod.
+COPY third_party/kafka-go/go.mod third_party/kafka-go/go.sum ./third_party/kafka-go/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \

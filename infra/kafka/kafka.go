@@ -157,6 +157,10 @@ func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
 		CommitInterval:    0,
 		StartOffset:       kafkago.FirstOffset,
 		MaxAttempts:       3,
+		// Records of aborted transactions are never billed and markers are
+		// never records (CONTRACT §4); the filtering itself is in the
+		// patched kafka-go under third_party/kafka-go.
+		IsolationLevel: kafkago.ReadCommitted,
 	}
 	if cfg.QueueCapacity == 0 {
 		cfg.QueueCapacity = 100

@@ -48,7 +48,10 @@ func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log 
 			reqs = append(reqs, kafkago.FirstOffsetOf(p.ID), kafkago.LastOffsetOf(p.ID))
 		}
 	}
-	lo, err := cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{dlq: reqs}})
+	// read_committed: the end is the last stable offset, so a transaction
+	// still open on the DLQ is left for the next replay instead of waited for.
+	lo, err := cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{dlq: reqs},
+		IsolationLevel: kafkago.ReadCommitted})
 	if err != nil {
 		return 0, fmt.Errorf("dlq offsets: %w", err)
 	}
@@ -83,10 +86,9 @@ func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log 
 }
 
 // Replay holds at most about replayBatchBytes of records waiting for their
-// write, plus what the reader prefetches: one fetch of up to fetchMaxBytes
-// (the broker still returns a larger record whole) and queueCapacity
-// records. A batch is acknowledged before more records are taken, so the
-// records of a partition reach the main topic in offset order.
+// write, plus one fetch of up to fetchMaxBytes (the broker still returns a
+// larger record whole). A batch is acknowledged before more records are
+// taken, so the records of a partition reach the main topic in offset order.
 const (
 	fetchMaxBytes    = 1 << 20
 	queueCapacity    = 2
@@ -94,26 +96,40 @@ const (
 	replayBatchLen   = 100
 )
 
+// newPartitionReader reads one partition of topic from an offset the
+// caller sets; readOriginal uses it for the one record a stub points to.
 func newPartitionReader(kc *kafka.Conn, topic string, partition int) *kafkago.Reader {
 	return kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers:       kc.Brokers(),
-		Topic:         topic,
-		Partition:     partition,
-		Dialer:        kc.Dialer(),
-		MaxBytes:      fetchMaxBytes,
-		QueueCapacity: queueCapacity,
-		MaxWait:       200 * time.Millisecond,
+		Brokers:        kc.Brokers(),
+		Topic:          topic,
+		Partition:      partition,
+		Dialer:         kc.Dialer(),
+		MaxBytes:       fetchMaxBytes,
+		QueueCapacity:  queueCapacity,
+		MaxWait:        200 * time.Millisecond,
+		IsolationLevel: kafkago.ReadCommitted,
 	})
 }
 
 // replayPartition copies the selected records of one partition in offset
 // order, in batches bounded in bytes, and returns how many it selected.
+//
+// It reads with a Conn rather than a Reader because under read_committed
+// the records of aborted transactions and the transaction markers are
+// hidden but still take offsets: a partition may end with them, and only a
+// Batch tells how far a fetch got past them (Batch.Offset), where a Reader
+// would wait for a record that never comes.
 func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafka.Writer, dlq, topic string,
 	p kafkago.PartitionOffsets, o Options, already int, log *slog.Logger) (int, error) {
-	r := newPartitionReader(kc, dlq, p.Partition)
-	defer r.Close()
-	if err := r.SetOffset(p.FirstOffset); err != nil {
-		return 0, fmt.Errorf("dlq partition %d: %w", p.Partition, err)
+	conn, err := dialLeader(ctx, kc, dlq, p.Partition)
+	if err != nil {
+		return 0, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	defer conn.Close()
+	if _, err := conn.Seek(p.FirstOffset, kafkago.SeekAbsolute); err != nil {
+		return 0, fmt.Errorf("dlq partition %d: seek %d: %w", p.Partition, p.FirstOffset, err)
 	}
 	n := 0
 	var batch []kafkago.Message
@@ -125,28 +141,68 @@ func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafka.Writer, dlq, 
 		}
 		return write(ctx, w, topic, batch)
 	}
-	for {
-		msg, err := r.FetchMessage(ctx)
-		if err != nil {
-			return n, errors.Join(fmt.Errorf("read dlq partition %d: %w", p.Partition, err), flush())
+	for pos := p.FirstOffset; pos < p.LastOffset; {
+		// Each fetch is bounded: the broker answers within MaxWait, the
+		// deadline covers a broker that does not answer at all.
+		if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			return n, fmt.Errorf("dlq partition %d: %w", p.Partition, err)
 		}
-		if keep(msg, o.Since) {
-			out, ok := original(ctx, kc, msg, topic, log)
-			if ok {
-				batch = append(batch, out)
-				held += len(out.Key) + len(out.Value)
-				n++
+		b := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: fetchMaxBytes,
+			MaxWait: 200 * time.Millisecond, IsolationLevel: kafkago.ReadCommitted})
+		done := false
+		for !done {
+			msg, err := b.ReadMessage()
+			if err != nil {
+				break
 			}
-			if len(batch) >= replayBatchLen || held >= replayBatchBytes {
-				if err := flush(); err != nil {
-					return n, err
+			if msg.Offset >= p.LastOffset {
+				done = true // written after the replay started: left for the next one
+				break
+			}
+			if keep(msg, o.Since) {
+				if out, ok := original(ctx, kc, msg, topic, log); ok {
+					batch = append(batch, out)
+					held += len(out.Key) + len(out.Value)
+					n++
+				}
+				if len(batch) >= replayBatchLen || held >= replayBatchBytes {
+					if err := flush(); err != nil {
+						_ = b.Close()
+						return n, err
+					}
 				}
 			}
+			done = o.Limit > 0 && already+n >= o.Limit
 		}
-		if msg.Offset >= p.LastOffset-1 || (o.Limit > 0 && already+n >= o.Limit) {
+		err := b.Close()
+		if done {
 			return n, flush()
 		}
+		if err != nil && !errors.Is(err, kafkago.RequestTimedOut) {
+			return n, errors.Join(fmt.Errorf("read dlq partition %d at offset %d: %w", p.Partition, pos, err), flush())
+		}
+		if err := ctx.Err(); err != nil {
+			return n, errors.Join(fmt.Errorf("read dlq partition %d at offset %d: %w", p.Partition, pos, err), flush())
+		}
+		pos = b.Offset()
 	}
+	return n, flush()
+}
+
+// dialLeader connects to the leader of the partition through the first
+// broker that answers.
+func dialLeader(ctx context.Context, kc *kafka.Conn, topic string, partition int) (*kafkago.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var errs []error
+	for _, b := range kc.Brokers() {
+		conn, err := kc.Dialer().DialLeader(dctx, "tcp", b, topic, partition)
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("dial leader of %s partition %d: %w", topic, partition, errors.Join(errs...))
 }
 
 // write writes batch to topic. A batch the broker refuses as too large (the
