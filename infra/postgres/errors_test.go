@@ -209,7 +209,7 @@ func TestOutageWhenServerStops(t *testing.T) {
 	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-2", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group); order.Classify(err) != order.ClassOutage {
 		t.Errorf("Reserve while down: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
-	if _, err := store.Settle(ctx, "ord-1", order.StatusCharged, "ch"); order.Classify(err) != order.ClassOutage {
+	if _, err := store.Settle(ctx, "ord-1", newEventID(t), order.StatusCharged, "ch"); order.Classify(err) != order.ClassOutage {
 		t.Errorf("Settle while down: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
 	if err := store.Ping(ctx); order.Classify(err) != order.ClassOutage {

@@ -136,20 +136,24 @@ func TestSettle(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
-	if _, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group); err != nil {
+	key := newEventID(t)
+	if _, err := store.Reserve(ctx, pendingInvoice("ord-1", key), group); err != nil {
 		t.Fatal(err)
 	}
 
-	if _, err := store.Settle(ctx, "ord-1", order.StatusPending, ""); order.Classify(err) != order.ClassPermanent {
+	if ok, err := store.Settle(ctx, "ord-1", newEventID(t), order.StatusCharged, "ch_0"); err != nil || ok {
+		t.Errorf("Settle(charged) under another key = %v, %v, want false, nil", ok, err)
+	}
+	if _, err := store.Settle(ctx, "ord-1", key, order.StatusPending, ""); order.Classify(err) != order.ClassPermanent {
 		t.Errorf("Settle(pending) error = %v, want a permanent error", err)
 	}
-	if ok, err := store.Settle(ctx, "ord-1", order.StatusCharged, "ch_1"); err != nil || !ok {
+	if ok, err := store.Settle(ctx, "ord-1", key, order.StatusCharged, "ch_1"); err != nil || !ok {
 		t.Errorf("Settle(charged) = %v, %v, want true, nil", ok, err)
 	}
-	if ok, err := store.Settle(ctx, "ord-1", order.StatusDeclined, ""); err != nil || ok {
+	if ok, err := store.Settle(ctx, "ord-1", key, order.StatusDeclined, ""); err != nil || ok {
 		t.Errorf("Settle(declined) after charged = %v, %v, want false, nil (final stays final)", ok, err)
 	}
-	if ok, err := store.Settle(ctx, "ord-none", order.StatusCharged, "ch_2"); err != nil || ok {
+	if ok, err := store.Settle(ctx, "ord-none", key, order.StatusCharged, "ch_2"); err != nil || ok {
 		t.Errorf("Settle(no invoice) = %v, %v, want false, nil", ok, err)
 	}
 	r, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group)

@@ -67,9 +67,49 @@ const (
 		 VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''))
 		 ON CONFLICT (order_id) DO NOTHING`
 	sqlInvoiceForUpdate = `SELECT ` + invoiceColumns + ` FROM invoice WHERE order_id = $1 FOR UPDATE`
-	sqlSettle           = `UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''), updated_at = now()
-		 WHERE order_id = $1 AND status = 'pending'`
+	// sqlSettle moves the invoice only while it is pending under the key
+	// that was charged ($4): a late answer to an older key never settles an
+	// invoice that a later event reopened under its own.
+	sqlSettle = `UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''), updated_at = now()
+		 WHERE order_id = $1 AND event_id = $4 AND status = 'pending'`
+
+	// sqlReserve is the writing half of the reserve transaction (CONTRACT.md
+	// §4), one statement so that its parts depend on each other inside the
+	// server: the dedup row ($2, $6); the order's invoice inserted pending
+	// under this event only when the dedup row is new (a seen event_id opens
+	// nothing, whatever order it names), and never under a key another
+	// invoice holds (ON CONFLICT without a target covers order_id and
+	// event_id); a rejected invoice reopened under this event's id, amount,
+	// currency and customer when the event is new, or when it is the replay
+	// of the very event that was rejected (its dedup row exists, the key is
+	// the invoice's own), and only if no other invoice holds the key. It
+	// returns whether the dedup row was new and whether it reopened.
+	// updated_at is when the invoice's current key started: the completer's
+	// and the gauges' clock.
+	sqlReserve = `WITH dedup AS (
+		INSERT INTO processed_event (event_id, consumer_group) VALUES ($2, $6)
+		ON CONFLICT (event_id, consumer_group) DO NOTHING
+		RETURNING event_id
+	), opened AS (
+		INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status)
+		SELECT $1::text, $2::uuid, $3::text, $4::bigint, $5::text, 'pending' FROM dedup
+		ON CONFLICT DO NOTHING
+		RETURNING order_id
+	), reopened AS (
+		UPDATE invoice SET event_id = $2, customer_id = $3, amount = $4, currency = $5, status = 'pending',
+			charge_id = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now()
+		WHERE order_id = $1 AND status = 'rejected'
+			AND (event_id = $2 OR EXISTS (SELECT FROM dedup))
+			AND NOT EXISTS (SELECT FROM invoice other WHERE other.event_id = $2 AND other.order_id <> $1)
+		RETURNING order_id
+	)
+	SELECT EXISTS (SELECT FROM dedup), EXISTS (SELECT FROM reopened)`
 )
+
+// reserveArgs are sqlReserve's arguments for inv and group.
+func reserveArgs(inv order.Invoice, group string) []any {
+	return []any{inv.OrderID, pgtype.UUID{Bytes: inv.EventID, Valid: true}, inv.CustomerID, inv.Amount, inv.Currency, group}
+}
 
 // invoiceArgs are sqlInsertInvoice's arguments for inv.
 func invoiceArgs(inv order.Invoice) []any {
@@ -106,15 +146,16 @@ func (InvoiceRepo) ForUpdate(ctx context.Context, tx pgx.Tx, orderID string) (or
 // errNotFinal rejects settling an invoice to a state that is not final.
 var errNotFinal = errors.New("status is not final")
 
-// Settle moves the order's invoice from pending to status (charged or
-// declined), recording chargeID (NULL when ""), and reports whether it did:
-// false when the invoice was already final or does not exist.
-func (InvoiceRepo) Settle(ctx context.Context, tx execer, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
+// Settle moves the order's invoice from pending under key to status
+// (charged, declined or rejected), recording chargeID (NULL when ""), and
+// reports whether it did: false when the invoice was already final, holds
+// another key (reopened since), or does not exist.
+func (InvoiceRepo) Settle(ctx context.Context, tx execer, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error) {
 	if !status.Final() {
 		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", orderID, status, errNotFinal))
 	}
 	tag, err := tx.Exec(ctx,
-		sqlSettle, orderID, string(status), chargeID)
+		sqlSettle, orderID, string(status), chargeID, pgtype.UUID{Bytes: key, Valid: true})
 	if err != nil {
 		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", orderID, err))
 	}

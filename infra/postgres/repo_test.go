@@ -182,12 +182,13 @@ func TestInvoiceRepo(t *testing.T) {
 		return nil
 	})
 
+	keys := map[string]uuid.UUID{"ord-1": first, "ord-2": second, "ord-none": first}
 	settle := func(orderID string, status order.InvoiceStatus, chargeID string) bool {
 		t.Helper()
 		var ok bool
 		run(func(tx pgx.Tx) error {
 			var err error
-			ok, err = repo.Settle(ctx, tx, orderID, status, chargeID)
+			ok, err = repo.Settle(ctx, tx, orderID, keys[orderID], status, chargeID)
 			return err
 		})
 		return ok
@@ -202,7 +203,7 @@ func TestInvoiceRepo(t *testing.T) {
 		t.Error("Settle(missing order) = true, want false")
 	}
 	err := inTx(ctx, t, pool, func(tx pgx.Tx) error {
-		_, err := repo.Settle(ctx, tx, "ord-1", order.StatusPending, "")
+		_, err := repo.Settle(ctx, tx, "ord-1", first, order.StatusPending, "")
 		return err
 	})
 	if err == nil {

@@ -10,8 +10,6 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
@@ -56,11 +54,12 @@ type Tx interface {
 	InvoiceForUpdate(ctx context.Context, orderID string) (inv order.Invoice, found bool, err error)
 	// SettleInvoice moves a pending invoice to charged or declined and
 	// reports whether it did (false: it was already final).
-	SettleInvoice(ctx context.Context, orderID string, status order.InvoiceStatus, chargeID string) (bool, error)
+	SettleInvoice(ctx context.Context, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error)
 }
 
-// Reserve is the reserve transaction of order.Ledger in one round trip: the
-// three statements go in one pipeline (a pgx batch) that Postgres runs as
+// Reserve is the reserve transaction of order.Ledger in one round trip: its
+// two statements (sqlReserve, then the read of the invoice FOR UPDATE) go in
+// one pipeline (a pgx batch) that Postgres runs as
 // one implicit transaction, committed at its Sync, rolled back whole if any
 // statement fails. Sent one by one inside BEGIN … COMMIT they cost five
 // round trips, and on a busy 2-core machine the round trips, not the rows,
@@ -71,9 +70,8 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 	err := s.retry(ctx, func(ctx context.Context) error {
 		r = order.Reservation{}
 		b := &pgx.Batch{}
-		b.Queue(sqlInsertProcessed, pgtype.UUID{Bytes: inv.EventID, Valid: true}, group).
-			Exec(func(tag pgconn.CommandTag) error { r.FirstSeen = tag.RowsAffected() == 1; return nil })
-		b.Queue(sqlInsertInvoice, invoiceArgs(inv)...)
+		b.Queue(sqlReserve, reserveArgs(inv, group)...).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&r.FirstSeen, &r.Reopened) })
 		b.Queue(sqlInvoiceForUpdate, inv.OrderID).QueryRow(func(row pgx.Row) error {
 			var err error
 			r.Invoice, err = scanInvoice(row)
@@ -97,11 +95,11 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 
 // Settle is the settle transaction of order.Ledger: InvoiceRepo.Settle's
 // UPDATE, committed on its own.
-func (s *Store) Settle(ctx context.Context, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
+func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error) {
 	var settled bool
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
-		settled, err = s.invoices.Settle(ctx, s.pool, orderID, status, chargeID)
+		settled, err = s.invoices.Settle(ctx, s.pool, orderID, key, status, chargeID)
 		return err
 	})
 	handOff()
@@ -202,8 +200,8 @@ func (t pgTx) InvoiceForUpdate(ctx context.Context, orderID string) (order.Invoi
 	return t.invoices.ForUpdate(ctx, t.tx, orderID)
 }
 
-func (t pgTx) SettleInvoice(ctx context.Context, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
-	return t.invoices.Settle(ctx, t.tx, orderID, status, chargeID)
+func (t pgTx) SettleInvoice(ctx context.Context, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error) {
+	return t.invoices.Settle(ctx, t.tx, orderID, key, status, chargeID)
 }
 
 // Ping checks that Postgres answers, for /readyz.
