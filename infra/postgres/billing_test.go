@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
@@ -46,6 +47,7 @@ func (g *fakeGateway) keys() []uuid.UUID {
 }
 
 type billingEnv struct {
+	pool  *pgxpool.Pool
 	store *postgres.Store
 	gw    *fakeGateway
 	svc   *order.BillingService
@@ -56,7 +58,14 @@ func newBillingEnv(t *testing.T) *billingEnv {
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
 	gw := &fakeGateway{}
-	return &billingEnv{store: store, gw: gw, svc: order.NewBillingService(store, gw, group)}
+	return &billingEnv{pool: pool, store: store, gw: gw, svc: order.NewBillingService(store, gw, group)}
+}
+
+// age moves the key start of every pending invoice an hour back, past the
+// completer's ResumeAfter in these tests.
+func (e *billingEnv) age(ctx context.Context) error {
+	_, err := e.pool.Exec(ctx, `UPDATE invoice SET updated_at = now() - interval '1 hour' WHERE status = 'pending'`)
+	return err
 }
 
 func event(t *testing.T, orderID string) order.OrderConfirmedEvent {

@@ -54,6 +54,7 @@ type App struct {
 	gateway *payment.Client
 	pause   *kafkain.Pause
 	maint   *postgres.DedupMaintainer
+	pending *order.PendingCompleter
 
 	mu      sync.Mutex
 	httpLn  net.Listener
@@ -130,6 +131,11 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		return nil, fmt.Errorf("payment client: %w", err)
 	}
 	a.pause = kafkain.NewPause(a.Metrics.ConsumerPaused, log)
+	a.pending = order.NewPendingCompleter(a.store, order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID),
+		order.CompleterOptions{ResumeAfter: cfg.PendingResumeAfter, Logger: log, Stats: func(s order.PendingStats) {
+			a.Metrics.InvoicesPending.Set(float64(s.Count))
+			a.Metrics.PendingOldest.Set(s.Oldest.Seconds())
+		}})
 	return a, nil
 }
 
@@ -275,6 +281,7 @@ func (a *App) Run(ctx context.Context) error {
 		bg.Wait()
 		return err
 	}
+	_ = a.pending.Start(bgCtx) // fails only when already started
 
 	writer, closeWriter := a.kc.NewWriter()
 	routes := kafkain.Routes{Group: cfg.KafkaGroupID, RetryDelays: cfg.RetryDelaysDurations(), DLQTopic: cfg.KafkaDLQTopic}
@@ -329,6 +336,7 @@ func (a *App) Run(ctx context.Context) error {
 		a.log.Warn("close writer", slog.String("error", err.Error()))
 	}
 	a.maint.Stop() // after the final commits, before the HTTP server and the pool
+	a.pending.Stop()
 	stopBG()
 	bg.Wait()
 	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
