@@ -37,3 +37,32 @@ func TestMigrate0003RefusesSharedKeys(t *testing.T) {
 		t.Fatalf("Migrate() after the fix error = %v", err)
 	}
 }
+
+// TestPreviousReleaseAfter0003: the previous release's statements, which
+// keep running while 0003 rolls out, still work on the new schema, and its
+// one buggy write (an invoice under a key another order holds) now fails
+// instead of opening a second invoice under that key.
+func TestPreviousReleaseAfter0003(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	const (
+		insertInvoice = `INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status, charge_id)
+			VALUES ($1, $2, 'cus', 100, 'EUR', 'pending', NULLIF('', '')) ON CONFLICT (order_id) DO NOTHING`
+		settle = `UPDATE invoice SET status = 'charged', charge_id = 'ch', updated_at = now() WHERE order_id = $1 AND status = 'pending'`
+	)
+	id := newEventID(t)
+	if _, err := pool.Exec(ctx, insertInvoice, "ord-a", id); err != nil {
+		t.Fatalf("previous release's invoice insert: %v", err)
+	}
+	if tag, err := pool.Exec(ctx, settle, "ord-a"); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("previous release's settle = %v, %v, want 1 row", tag, err)
+	}
+	if _, err := pool.Exec(ctx, insertInvoice, "ord-b", id); err == nil {
+		t.Error("previous release's invoice for another order under a used key: no error, want a unique violation")
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM invoice`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("invoices = %d, %v, want 1", n, err)
+	}
+}
