@@ -70,6 +70,8 @@ func setValidEnv(t *testing.T) {
 	t.Setenv("BILLING_SHUTDOWN_TIMEOUT", "5s")
 	t.Setenv("BILLING_PAYMENT_TIMEOUT", "1s")
 	t.Setenv("BILLING_DEDUP_RETENTION", "24h")
+	t.Setenv("BILLING_PENDING_RESUME_AFTER", "15m")
+	t.Setenv("BILLING_GATEWAY_KEY_TTL", "24h")
 	t.Setenv("BILLING_DEFAULT_CURRENCY", "USD")
 	t.Setenv("BILLING_LOG_LEVEL", "info")
 	t.Setenv("BILLING_KAFKA_TOPIC", "t")

@@ -31,6 +31,37 @@ type PermanentError struct {
 func (e *PermanentError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
 
+// RefusalKind says how the gateway refused a charge for good (CONTRACT.md §6).
+type RefusalKind int
+
+const (
+	// RefusalRejected: 400, 404 or another 4xx not named elsewhere. The
+	// gateway did not execute the request (it stores no result for a request
+	// that failed validation), so no money moved under the key: the invoice
+	// becomes rejected and the next event of the order may reopen it.
+	RefusalRejected RefusalKind = iota + 1
+	// RefusalKeyReused: 422, the key was used before with another body.
+	// Money may have moved under it: the invoice stays pending for a person.
+	RefusalKeyReused
+)
+
+// ChargeRefusedError is the gateway's permanent refusal of one charge. The
+// gateway client returns it inside a *PermanentError; billing tells the two
+// kinds apart with errors.As.
+type ChargeRefusedError struct {
+	Kind       RefusalKind
+	StatusCode int
+	Err        error
+}
+
+func (e *ChargeRefusedError) Error() string {
+	if e.Kind == RefusalKeyReused {
+		return "charge refused, key used with another body: " + e.Err.Error()
+	}
+	return "charge rejected: " + e.Err.Error()
+}
+func (e *ChargeRefusedError) Unwrap() error { return e.Err }
+
 // TransientError is a failure of this event that may succeed later: a
 // gateway timeout, 5xx or 429, a 409 "in progress", a serialization failure
 // that outlived in-place retries. RetryAfter is a hint, zero when unknown.
@@ -105,13 +136,14 @@ func Classify(err error) Class {
 		te *TransientError
 		pe *PermanentError
 		ve *ValidationError
+		ce *ChargeRefusedError
 	)
 	switch {
 	case errors.As(err, &oe):
 		return ClassOutage
 	case errors.Is(err, context.Canceled):
 		return ClassCanceled
-	case errors.As(err, &ve), errors.As(err, &pe):
+	case errors.As(err, &ve), errors.As(err, &pe), errors.As(err, &ce):
 		return ClassPermanent
 	case errors.As(err, &te), errors.Is(err, context.DeadlineExceeded):
 		return ClassTransient

@@ -11,15 +11,26 @@ import (
 type InvoiceStatus string
 
 // Invoice states. An invoice is written pending before the money moves and
-// becomes charged or declined after the gateway answers.
+// becomes charged, declined or rejected after the gateway answers.
 const (
 	StatusPending  InvoiceStatus = "pending"
 	StatusCharged  InvoiceStatus = "charged"
 	StatusDeclined InvoiceStatus = "declined"
+	// StatusRejected: the gateway refused the charge without executing it
+	// (CONTRACT.md §4): no money moved. Final for its key, but not billed:
+	// the next event of the order reopens the invoice under its own key.
+	StatusRejected InvoiceStatus = "rejected"
 )
 
-// Final reports whether no further charge may happen for the invoice.
-func (s InvoiceStatus) Final() bool { return s == StatusCharged || s == StatusDeclined }
+// Final reports whether the gateway's answer to the invoice's key is
+// recorded (charged, declined or rejected): a settle target.
+func (s InvoiceStatus) Final() bool {
+	return s == StatusCharged || s == StatusDeclined || s == StatusRejected
+}
+
+// Billed reports whether the order is done for good (charged or declined):
+// every later event of the order is a duplicate.
+func (s InvoiceStatus) Billed() bool { return s == StatusCharged || s == StatusDeclined }
 
 // Invoice is the one bill of an order. EventID is the event that opened it;
 // its value is the charge's Idempotency-Key for as long as the invoice lives.
@@ -39,8 +50,12 @@ type Invoice struct {
 // or the one an earlier event of the order opened).
 type Reservation struct {
 	FirstSeen bool    // (event_id, group) was not in processed_event before
+	Reopened  bool    // a rejected invoice of the order now pending under this event
 	Invoice   Invoice // the order's invoice, read locked
-	Found     bool    // false only if the invoice vanished: a bug or a manual edit
+	// Found is false when the order has no invoice: the event's id was seen
+	// before (for another order, since it opened nothing for this one), or
+	// another order's invoice holds it as its key.
+	Found bool
 }
 
 // Ledger keeps the dedup table and the invoices. Each method is one
@@ -49,14 +64,19 @@ type Reservation struct {
 // errors into OutageError / TransientError at its edge.
 type Ledger interface {
 	// Reserve, in one transaction: records (inv.EventID, group) in
-	// processed_event (ON CONFLICT DO NOTHING, FirstSeen when it inserted),
-	// inserts inv as the order's pending invoice unless the order has one,
-	// and reads the order's invoice FOR UPDATE.
+	// processed_event (ON CONFLICT DO NOTHING, FirstSeen when it inserted);
+	// when that row is new, inserts inv as the order's pending invoice unless
+	// the order has one or another invoice holds inv.EventID as its key;
+	// reopens the order's rejected invoice under inv (its key, amount,
+	// currency, customer) when the row is new or inv.EventID is already that
+	// invoice's key, and no other invoice holds it; and reads the order's
+	// invoice FOR UPDATE.
 	Reserve(ctx context.Context, inv Invoice, group string) (Reservation, error)
-	// Settle moves the order's pending invoice to charged or declined,
-	// recording chargeID, and reports whether it did (false: it was already
-	// final).
-	Settle(ctx context.Context, orderID string, status InvoiceStatus, chargeID string) (bool, error)
+	// Settle moves the order's invoice, if it is pending under key, to
+	// status (charged, declined or rejected), recording chargeID, and
+	// reports whether it did (false: it was final already, or reopened
+	// under another key since).
+	Settle(ctx context.Context, orderID string, key uuid.UUID, status InvoiceStatus, chargeID string) (bool, error)
 }
 
 // ChargeRequest is one charge at the payment gateway.

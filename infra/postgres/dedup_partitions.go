@@ -183,8 +183,8 @@ func pgMillis(d time.Duration) string { return fmt.Sprintf("%dms", max(d.Millise
 //
 // An insert into p's range that was routed to DEFAULT before the commit and
 // waited for the lock fails with SQLSTATE 23514 on processed_event_default;
-// DedupRepo.TryInsert reports that as transient (try again: the row now
-// goes to p). moved is the number of rows moved.
+// Store.Reserve runs its transaction again in place (the row now
+// goes to p), or reports it as transient. moved is the number of rows moved.
 func createPartition(ctx context.Context, s session, p partition, hasDefault bool) (int64, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {

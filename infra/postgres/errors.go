@@ -31,7 +31,7 @@ const dependency = order.DependencyPostgres
 //     after a failover) become an *order.OutageError: Postgres as a whole
 //     is unavailable or failing, and every event would fail alike;
 //   - 40001 serialization_failure and 40P01 deadlock_detected (which reach
-//     the caller only after Store.InTx's in-place retries), 55P03
+//     the caller only after Store's in-place retries), 55P03
 //     lock_not_available and 57014 query_canceled (statement or lock
 //     timeout) become an *order.TransientError;
 //   - context.Canceled and context.DeadlineExceeded pass through, wrapped;

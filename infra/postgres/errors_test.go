@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
 
@@ -168,12 +170,9 @@ func TestOutageWhenNothingListens(t *testing.T) {
 	}
 	defer pool.Close()
 	store := postgres.NewStore(pool)
-	err = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
-		t.Error("fn ran without a connection")
-		return nil
-	})
+	_, err = store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group)
 	if got := order.Classify(err); got != order.ClassOutage {
-		t.Errorf("InTx: Classify(%v) = %v, want outage", err, got)
+		t.Errorf("Reserve: Classify(%v) = %v, want outage", err, got)
 	}
 	if err := store.Ping(ctx); order.Classify(err) != order.ClassOutage {
 		t.Errorf("Ping: Classify(%v) = %v, want outage", err, order.Classify(err))
@@ -200,27 +199,26 @@ func TestOutageWhenServerStops(t *testing.T) {
 	store := postgres.NewStore(pool)
 	id := newEventID(t)
 
-	err = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
-		if _, err := tx.TryInsertProcessed(ctx, id, group); err != nil {
+	err = store.Retry(ctx, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO processed_event (event_id, consumer_group) VALUES ($1, $2)`,
+				pgtype.UUID{Bytes: id, Valid: true}, group); err != nil {
+				return err
+			}
+			if err := cluster.Stop(ctx); err != nil {
+				t.Fatalf("stop cluster: %v", err)
+			}
+			_, err := tx.Exec(ctx, `SELECT 1 FROM invoice WHERE order_id = 'ord-1' FOR UPDATE`)
 			return err
-		}
-		if err := cluster.Stop(ctx); err != nil {
-			t.Fatalf("stop cluster: %v", err)
-		}
-		_, err := tx.InsertInvoice(ctx, order.Invoice{OrderID: "ord-1", EventID: id, CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending})
-		return err
+		})
 	})
 	if got := order.Classify(err); got != order.ClassOutage {
-		t.Errorf("InTx across a shutdown: Classify(%v) = %v, want outage", err, got)
-	}
-	err = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error { return nil })
-	if got := order.Classify(err); got != order.ClassOutage {
-		t.Errorf("InTx while down: Classify(%v) = %v, want outage", err, got)
+		t.Errorf("a transaction across a shutdown: Classify(%v) = %v, want outage", err, got)
 	}
 	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-2", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group); order.Classify(err) != order.ClassOutage {
 		t.Errorf("Reserve while down: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
-	if _, err := store.Settle(ctx, "ord-1", order.StatusCharged, "ch"); order.Classify(err) != order.ClassOutage {
+	if _, err := store.Settle(ctx, "ord-1", newEventID(t), order.StatusCharged, "ch"); order.Classify(err) != order.ClassOutage {
 		t.Errorf("Settle while down: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
 	if err := store.Ping(ctx); order.Classify(err) != order.ClassOutage {
@@ -239,14 +237,9 @@ func TestOutageWhenServerStops(t *testing.T) {
 	if err := store.Ping(pctx); err != nil {
 		t.Fatalf("Ping after restart: %v", err)
 	}
-	var first bool
-	err = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
-		var err error
-		first, err = tx.TryInsertProcessed(ctx, id, group)
-		return err
-	})
-	if err != nil || !first {
-		t.Errorf("TryInsertProcessed after restart = %v, %v, want true, nil (the interrupted insert rolled back)", first, err)
+	r, err := store.Reserve(ctx, pendingInvoice("ord-1", id), group)
+	if err != nil || !r.FirstSeen {
+		t.Errorf("Reserve after restart = %+v, %v, want first seen (the interrupted insert rolled back)", r, err)
 	}
 }
 
@@ -266,12 +259,10 @@ func TestOutageWhenServerHangs(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	store := postgres.NewStore(pool)
-	noop := func(context.Context, postgres.Tx) error { return nil }
-
 	ctx := testCtx(t)
-	err = store.InTx(ctx, noop)
+	_, err = store.Settle(ctx, "ord-1", newEventID(t), order.StatusCharged, "ch")
 	if got := order.Classify(err); got != order.ClassOutage {
-		t.Errorf("connect timeout: Classify(%v) = %v, want outage", err, got)
+		t.Errorf("connect timeout: Settle: Classify(%v) = %v, want outage", err, got)
 	}
 
 	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-1", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group); order.Classify(err) != order.ClassOutage {
@@ -280,7 +271,7 @@ func TestOutageWhenServerHangs(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	err = store.InTx(ctx, noop)
+	_, err = store.Reserve(ctx, pendingInvoice("ord-2", newEventID(t)), group)
 	if got := order.Classify(err); got != order.ClassCanceled {
 		t.Errorf("cancel while connecting: Classify(%v) = %v, want canceled", err, got)
 	}

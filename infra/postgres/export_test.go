@@ -1,4 +1,13 @@
 package postgres
 
+import "context"
+
 // TxAttempts exposes txAttempts to the external tests.
 const TxAttempts = txAttempts
+
+// Retry runs attempt under the in-place retry policy of Reserve and Settle
+// and translates the result as they do, so the external tests can drive it
+// with failures Reserve and Settle cannot be made to meet on demand.
+func (s *Store) Retry(ctx context.Context, attempt func(ctx context.Context) error) error {
+	return translate(ctx, s.retry(ctx, attempt))
+}

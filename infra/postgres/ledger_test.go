@@ -15,41 +15,147 @@ func pendingInvoice(orderID string, eventID uuid.UUID) order.Invoice {
 	return order.Invoice{OrderID: orderID, EventID: eventID, CustomerID: "cus-" + orderID, Amount: 12990, Currency: "EUR", Status: order.StatusPending}
 }
 
-// TestReserve: the pipelined reserve transaction reports a new dedup row
-// once, and always returns the order's first invoice.
-func TestReserve(t *testing.T) {
+// ledgerStep is one call of the Ledger contract table: a Reserve of event
+// (by name) for order (amount as given) in group ("" = the test group), or
+// a Settle of order under event's key when settle is set; and what it must
+// report.
+type ledgerStep struct {
+	event, order string
+	amount       int64
+	group        string
+	settle       order.InvoiceStatus
+
+	first, found, reopened bool   // Reserve
+	key                    string // Reserve: the invoice's key (event name)
+	status                 order.InvoiceStatus
+	settled                bool // Settle
+}
+
+// TestLedgerContract is order.Ledger's contract against Postgres, the one
+// path production runs (the pipelined Reserve, Settle): CONTRACT.md §4 as
+// the ledger sees it. core/order's TestBillRules reads the same rules over
+// an in-memory ledger.
+func TestLedgerContract(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
-	pool, _ := pgtest.NewDB(t)
-	store := postgres.NewStore(pool)
-	first, second := newEventID(t), newEventID(t)
-
-	r, err := store.Reserve(ctx, pendingInvoice("ord-1", first), group)
-	if err != nil {
-		t.Fatalf("Reserve(first) error = %v", err)
+	reserve := func(event, orderID string, amount int64) ledgerStep {
+		return ledgerStep{event: event, order: orderID, amount: amount}
 	}
-	if !r.FirstSeen || !r.Found || r.Invoice.EventID != first || r.Invoice.Status != order.StatusPending ||
-		r.Invoice.Amount != 12990 || r.Invoice.CustomerID != "cus-ord-1" || r.Invoice.CreatedAt.IsZero() {
-		t.Errorf("Reserve(first) = %+v, want first seen, the new pending invoice under the first event", r)
+	expect := func(s ledgerStep, first, found, reopened bool, key string, status order.InvoiceStatus) ledgerStep {
+		s.first, s.found, s.reopened, s.key, s.status = first, found, reopened, key, status
+		return s
 	}
-
-	r, err = store.Reserve(ctx, pendingInvoice("ord-1", first), group)
-	if err != nil || r.FirstSeen || !r.Found || r.Invoice.EventID != first {
-		t.Errorf("Reserve(first) again = %+v, %v, want not first seen, the same invoice", r, err)
+	settle := func(event, orderID string, status order.InvoiceStatus, settled bool) ledgerStep {
+		return ledgerStep{event: event, order: orderID, settle: status, settled: settled}
 	}
-
-	r, err = store.Reserve(ctx, pendingInvoice("ord-1", second), group)
-	if err != nil || !r.FirstSeen || !r.Found || r.Invoice.EventID != first {
-		t.Errorf("Reserve(second event, same order) = %+v, %v, want first seen, the invoice of the first event", r, err)
+	inGroup := func(s ledgerStep, g string) ledgerStep { s.group = g; return s }
+	const P, C, R = order.StatusPending, order.StatusCharged, order.StatusRejected
+	tests := []struct {
+		name  string
+		steps []ledgerStep
+	}{
+		{"first time", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P)}},
+		{"duplicate", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			expect(reserve("E1", "A", 100), false, true, false, "E1", P)}},
+		{"duplicate by order", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			settle("E1", "A", C, true),
+			expect(reserve("E2", "A", 200), true, true, false, "E1", C)}},
+		{"another group dedups apart, shares the invoice", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			expect(inGroup(reserve("E1", "A", 100), "other-group"), true, true, false, "E1", P)}},
+		{"reused id for another order opens nothing", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			expect(reserve("E1", "B", 500), false, false, false, "", "")}},
+		{"a key another order's invoice holds opens nothing, even first seen", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			expect(inGroup(reserve("E1", "B", 500), "other-group"), true, false, false, "", "")}},
+		{"pending resumed under its key", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			expect(reserve("E2", "A", 200), true, true, false, "E1", P)}},
+		{"422 pending stays under its key on a replay", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			expect(reserve("E1", "A", 100), false, true, false, "E1", P),
+			expect(reserve("E2", "A", 100), true, true, false, "E1", P)}},
+		{"rejected reopened by a new event", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			settle("E1", "A", R, true),
+			expect(reserve("E2", "A", 777), true, true, true, "E2", P)}},
+		{"rejected reopened by the replay of its event", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			settle("E1", "A", R, true),
+			expect(reserve("E1", "A", 100), false, true, true, "E1", P)}},
+		{"rejected stays for a seen id that is not its key", []ledgerStep{
+			expect(reserve("E2", "B", 500), true, true, false, "E2", P),
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			settle("E1", "A", R, true),
+			expect(reserve("E2", "A", 300), false, true, false, "E1", R)}},
+		{"rejected stays for a key another invoice holds", []ledgerStep{
+			expect(reserve("E2", "B", 500), true, true, false, "E2", P),
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			settle("E1", "A", R, true),
+			expect(inGroup(reserve("E2", "A", 300), "other-group"), true, true, false, "E1", R)}},
+		{"a late answer to the old key settles nothing after a reopen", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			settle("E1", "A", R, true),
+			expect(reserve("E2", "A", 200), true, true, true, "E2", P),
+			settle("E1", "A", C, false),
+			settle("E2", "A", C, true),
+			expect(reserve("E3", "A", 300), true, true, false, "E2", C)}},
+		{"final stays final", []ledgerStep{
+			expect(reserve("E1", "A", 100), true, true, false, "E1", P),
+			settle("E1", "A", order.StatusDeclined, true),
+			settle("E1", "A", C, false),
+			settle("E1", "A", R, false),
+			expect(reserve("E1", "A", 100), false, true, false, "E1", order.StatusDeclined)}},
 	}
-
-	// Another consumer group has its own dedup rows, not its own invoices.
-	r, err = store.Reserve(ctx, pendingInvoice("ord-1", first), "other-group")
-	if err != nil || !r.FirstSeen || r.Invoice.EventID != first {
-		t.Errorf("Reserve(first, other group) = %+v, %v, want first seen, the same invoice", r, err)
-	}
-	if n, err := store.ProcessedCount(ctx, group); err != nil || n != 2 {
-		t.Errorf("ProcessedCount() = %d, %v, want 2", n, err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t)
+			pool, _ := pgtest.NewDB(t)
+			store := postgres.NewStore(pool)
+			ids, names := map[string]uuid.UUID{}, map[uuid.UUID]string{}
+			id := func(name string) uuid.UUID {
+				if _, ok := ids[name]; !ok {
+					ids[name] = newEventID(t)
+					names[ids[name]] = name
+				}
+				return ids[name]
+			}
+			for i, s := range tt.steps {
+				if s.settle != "" {
+					ok, err := store.Settle(ctx, s.order, id(s.event), s.settle, "ch-"+s.event)
+					if err != nil || ok != s.settled {
+						t.Fatalf("step %d: Settle(%s, key %s, %s) = %v, %v, want %v", i+1, s.order, s.event, s.settle, ok, err, s.settled)
+					}
+					continue
+				}
+				g := group
+				if s.group != "" {
+					g = s.group
+				}
+				inv := pendingInvoice(s.order, id(s.event))
+				inv.Amount = s.amount
+				r, err := store.Reserve(ctx, inv, g)
+				if err != nil {
+					t.Fatalf("step %d: Reserve(%s of %s) error = %v", i+1, s.event, s.order, err)
+				}
+				if r.FirstSeen != s.first || r.Found != s.found || r.Reopened != s.reopened ||
+					names[r.Invoice.EventID] != s.key || r.Invoice.Status != s.status {
+					t.Errorf("step %d: Reserve(%s of %s) = first %v found %v reopened %v, %s under %s; want %v %v %v, %s under %s",
+						i+1, s.event, s.order, r.FirstSeen, r.Found, r.Reopened, r.Invoice.Status, names[r.Invoice.EventID],
+						s.first, s.found, s.reopened, s.status, s.key)
+				}
+				if r.Found && r.Invoice.EventID == inv.EventID && (r.Invoice.Amount != s.amount || r.Invoice.CustomerID != inv.CustomerID) {
+					t.Errorf("step %d: invoice %+v, want the amount and customer of %s", i+1, r.Invoice, s.event)
+				}
+				if r.Found && (r.Invoice.OrderID != s.order || r.Invoice.CreatedAt.IsZero()) {
+					t.Errorf("step %d: invoice %+v, want order %s's with its created_at", i+1, r.Invoice, s.order)
+				}
+			}
+		})
 	}
 }
 
@@ -136,21 +242,41 @@ func TestSettle(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
-	if _, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group); err != nil {
+	key := newEventID(t)
+	if _, err := store.Reserve(ctx, pendingInvoice("ord-1", key), group); err != nil {
 		t.Fatal(err)
 	}
 
-	if _, err := store.Settle(ctx, "ord-1", order.StatusPending, ""); order.Classify(err) != order.ClassPermanent {
+	if ok, err := store.Settle(ctx, "ord-1", newEventID(t), order.StatusCharged, "ch_0"); err != nil || ok {
+		t.Errorf("Settle(charged) under another key = %v, %v, want false, nil", ok, err)
+	}
+	if _, err := store.Settle(ctx, "ord-1", key, order.StatusPending, ""); order.Classify(err) != order.ClassPermanent {
 		t.Errorf("Settle(pending) error = %v, want a permanent error", err)
 	}
-	if ok, err := store.Settle(ctx, "ord-1", order.StatusCharged, "ch_1"); err != nil || !ok {
+	if ok, err := store.Settle(ctx, "ord-1", key, order.StatusCharged, "ch_1"); err != nil || !ok {
 		t.Errorf("Settle(charged) = %v, %v, want true, nil", ok, err)
 	}
-	if ok, err := store.Settle(ctx, "ord-1", order.StatusDeclined, ""); err != nil || ok {
+	if ok, err := store.Settle(ctx, "ord-1", key, order.StatusDeclined, ""); err != nil || ok {
 		t.Errorf("Settle(declined) after charged = %v, %v, want false, nil (final stays final)", ok, err)
 	}
-	if ok, err := store.Settle(ctx, "ord-none", order.StatusCharged, "ch_2"); err != nil || ok {
+	if ok, err := store.Settle(ctx, "ord-none", key, order.StatusCharged, "ch_2"); err != nil || ok {
 		t.Errorf("Settle(no invoice) = %v, %v, want false, nil", ok, err)
+	}
+	if _, err := store.Settle(ctx, "ord-1", key, "refunded", ""); order.Classify(err) != order.ClassPermanent {
+		t.Errorf("Settle(refunded) error = %v, want a permanent error", err)
+	}
+
+	// A decline (or a rejection) without a charge id stores NULL.
+	declined := newEventID(t)
+	if _, err := store.Reserve(ctx, pendingInvoice("ord-2", declined), group); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := store.Settle(ctx, "ord-2", declined, order.StatusDeclined, ""); err != nil || !ok {
+		t.Errorf("Settle(declined) = %v, %v, want true, nil", ok, err)
+	}
+	var nullCharge bool
+	if err := pool.QueryRow(ctx, "SELECT charge_id IS NULL FROM invoice WHERE order_id = 'ord-2'").Scan(&nullCharge); err != nil || !nullCharge {
+		t.Errorf("charge_id of a decline without charge id is NULL = %v, %v; want true", nullCharge, err)
 	}
 	r, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group)
 	if err != nil || r.Invoice.Status != order.StatusCharged || r.Invoice.ChargeID != "ch_1" {

@@ -157,7 +157,7 @@ func TestMaintainerCreatesPartitionsAhead(t *testing.T) {
 	// Events of the coming days go to their partitions.
 	id := idAt(t, future(13, 23))
 	if !tryInsert(ctx, t, pool, id, group) {
-		t.Fatalf("TryInsert(%s) = false, want true", id)
+		t.Fatalf("tryInsert(%s) = false, want true", id)
 	}
 	if got := partitionOf(ctx, t, pool, id, group); got != "processed_event_p20310313" {
 		t.Errorf("event of 2031-03-13 in %q, want processed_event_p20310313", got)
@@ -189,7 +189,7 @@ func TestMaintainerDropsExpiredKeepsInside(t *testing.T) {
 	kept := []uuid.UUID{idAt(t, future(10, 0)), idAt(t, future(10, 5)), idAt(t, future(10, 23))}
 	for _, id := range append(slices.Clone(old), kept...) {
 		if !tryInsert(ctx, t, pool, id, group) {
-			t.Fatalf("TryInsert(%s) = false, want true", id)
+			t.Fatalf("tryInsert(%s) = false, want true", id)
 		}
 	}
 
@@ -221,7 +221,7 @@ func TestMaintainerDropsExpiredKeepsInside(t *testing.T) {
 	}
 	for _, id := range kept {
 		if tryInsert(ctx, t, pool, id, group) {
-			t.Errorf("TryInsert(%s) inside the retention = true, want false (still a duplicate)", id)
+			t.Errorf("tryInsert(%s) inside the retention = true, want false (still a duplicate)", id)
 		}
 	}
 	if got := testutil.ToFloat64(met.DedupPartitions); got != float64(res.Partitions) || !slices.Contains(res.Created, "processed_event_p20310320") {
@@ -242,7 +242,7 @@ func TestMaintainerKeepsRecentlyProcessed(t *testing.T) {
 	runOnce(ctx, t, m) // creates the day of now-10d
 	id := idAt(t, now.AddDate(0, 0, -10))
 	if !tryInsert(ctx, t, pool, id, group) { // processed_at: now
-		t.Fatalf("TryInsert(%s) = false, want true", id)
+		t.Fatalf("tryInsert(%s) = false, want true", id)
 	}
 	name := partitionOf(ctx, t, pool, id, group)
 	if name != dayName(utcDay(now.AddDate(0, 0, -10))) {
@@ -255,7 +255,7 @@ func TestMaintainerKeepsRecentlyProcessed(t *testing.T) {
 		t.Errorf("Dropped = %v, Kept = %v, want %s kept: its row was processed within the retention", res.Dropped, res.Kept, name)
 	}
 	if tryInsert(ctx, t, pool, id, group) {
-		t.Errorf("TryInsert(%s) = true, want false", id)
+		t.Errorf("tryInsert(%s) = true, want false", id)
 	}
 
 	clk.Set(now.Add(week + time.Hour))
@@ -304,7 +304,7 @@ func TestMaintainerExpiresDefaultInBatches(t *testing.T) {
 	}
 	for _, id := range fresh {
 		if tryInsert(ctx, t, pool, id, "another-group") {
-			t.Errorf("TryInsert(%s) within the retention = true, want false", id)
+			t.Errorf("tryInsert(%s) within the retention = true, want false", id)
 		}
 	}
 	if res := runOnce(ctx, t, m); res.RowsDeleted != 0 {
@@ -322,7 +322,7 @@ func TestMaintainerMovesRowsOutOfDefault(t *testing.T) {
 	ids := []uuid.UUID{idAt(t, future(11, 1)), idAt(t, future(11, 2)), idAt(t, future(12, 3))}
 	for _, id := range ids {
 		if !tryInsert(ctx, t, pool, id, group) {
-			t.Fatalf("TryInsert(%s) = false, want true", id)
+			t.Fatalf("tryInsert(%s) = false, want true", id)
 		}
 		if got := partitionOf(ctx, t, pool, id, group); got != "processed_event_default" {
 			t.Fatalf("%s before its partition exists in %q, want processed_event_default", id, got)
@@ -338,15 +338,16 @@ func TestMaintainerMovesRowsOutOfDefault(t *testing.T) {
 			t.Errorf("%s in %q, want %s", ids[i], got, want)
 		}
 		if tryInsert(ctx, t, pool, ids[i], group) {
-			t.Errorf("TryInsert(%s) after the move = true, want false", ids[i])
+			t.Errorf("tryInsert(%s) after the move = true, want false", ids[i])
 		}
 	}
 }
 
-// TestInsertDuringAttachIsTransient: an insert that waited to write into
-// DEFAULT while its day's partition was being attached fails; TryInsert
-// calls that transient, and the retry deduplicates correctly.
-func TestInsertDuringAttachIsTransient(t *testing.T) {
+// TestReserveDuringAttachRetries: a reserve whose dedup insert waited to
+// write into DEFAULT while its day's partition was being attached fails
+// there (23514); Reserve runs it again in place, where the row goes to the
+// new partition and deduplicates correctly.
+func TestReserveDuringAttachRetries(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
@@ -355,7 +356,7 @@ func TestInsertDuringAttachIsTransient(t *testing.T) {
 
 	inDefault := idAt(t, future(12, 1))
 	if !tryInsert(ctx, t, pool, inDefault, group) {
-		t.Fatal("first TryInsert = false")
+		t.Fatal("first tryInsert = false")
 	}
 	newID := idAt(t, future(12, 2))
 
@@ -374,15 +375,15 @@ func TestInsertDuringAttachIsTransient(t *testing.T) {
 		res    postgres.DedupResult
 		runErr error
 		insErr [2]error
+		first  [2]bool
 	)
 	wg.Go(func() { res, runErr = m.RunOnce(ctx) })
 	waitForLockWait(ctx, t, pool, "processed_event", 1) // moved the row, waits to attach
 	for i, id := range []uuid.UUID{inDefault, newID} {
 		wg.Go(func() {
-			insErr[i] = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := postgres.DedupRepo{}.TryInsert(ctx, tx, id, group)
-				return err
-			})
+			var r order.Reservation
+			r, insErr[i] = postgres.NewStore(pool).Reserve(ctx, pendingInvoice("ord-"+id.String(), id), group)
+			first[i] = r.FirstSeen
 		})
 	}
 	waitForLockWait(ctx, t, pool, "processed_event_default", 2)
@@ -394,16 +395,15 @@ func TestInsertDuringAttachIsTransient(t *testing.T) {
 		t.Fatalf("RunOnce() = %+v, %v, want processed_event_p20310312 created with 1 row moved", res, runErr)
 	}
 	for i, err := range insErr {
-		var te *order.TransientError
-		if !errors.As(err, &te) {
-			t.Errorf("insert %d during the attach error = %v, want an *order.TransientError", i, err)
+		if err != nil {
+			t.Errorf("reserve %d during the attach error = %v, want nil after an in-place retry", i, err)
 		}
 	}
-	if tryInsert(ctx, t, pool, inDefault, group) {
-		t.Errorf("retried TryInsert(%s) = true, want false: it was moved, not lost", inDefault)
+	if first[0] {
+		t.Errorf("Reserve(%s) during the attach first seen, want not: its row was moved, not lost", inDefault)
 	}
-	if !tryInsert(ctx, t, pool, newID, group) {
-		t.Errorf("retried TryInsert(%s) = false, want true", newID)
+	if !first[1] {
+		t.Errorf("Reserve(%s) during the attach not first seen, want first seen", newID)
 	}
 	for _, id := range []uuid.UUID{inDefault, newID} {
 		if got := partitionOf(ctx, t, pool, id, group); got != "processed_event_p20310312" {

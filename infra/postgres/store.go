@@ -10,7 +10,6 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -18,9 +17,9 @@ import (
 )
 
 const (
-	// txAttempts is how many times InTx runs a transaction that the server
-	// rolled back for a serialization failure or deadlock, before giving up
-	// with a TransientError (the event then goes to a retry tier).
+	// txAttempts is how many times Reserve and Settle run a transaction that
+	// the server rolled back for a serialization failure or deadlock, before
+	// giving up with a TransientError (the event then goes to a retry tier).
 	txAttempts = 3
 	// txBackoff is the base of the jittered pause between attempts: long
 	// enough for the conflicting transaction to finish, short next to an
@@ -31,11 +30,10 @@ const (
 )
 
 // Store runs billing's transactions against a pool: order.Ledger for the
-// service, and InTx, the general form, for tools and tests.
+// service (Reserve, Settle), order.PendingLedger for the pending completer,
+// and reads for probes, tools and tests.
 type Store struct {
-	pool     *pgxpool.Pool
-	dedup    DedupRepo
-	invoices InvoiceRepo
+	pool *pgxpool.Pool
 }
 
 var _ order.Ledger = (*Store)(nil)
@@ -43,37 +41,20 @@ var _ order.Ledger = (*Store)(nil)
 // NewStore returns a Store using pool; the caller keeps owning the pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// Tx is what can be done inside one InTx transaction.
-type Tx interface {
-	// TryInsertProcessed records (eventID, group) in processed_event and
-	// reports whether this was the first time.
-	TryInsertProcessed(ctx context.Context, eventID uuid.UUID, group string) (bool, error)
-	// InsertInvoice inserts inv unless its order already has an invoice and
-	// reports whether it inserted.
-	InsertInvoice(ctx context.Context, inv order.Invoice) (bool, error)
-	// InvoiceForUpdate returns the order's invoice locked for the rest of the
-	// transaction; found is false when there is none.
-	InvoiceForUpdate(ctx context.Context, orderID string) (inv order.Invoice, found bool, err error)
-	// SettleInvoice moves a pending invoice to charged or declined and
-	// reports whether it did (false: it was already final).
-	SettleInvoice(ctx context.Context, orderID string, status order.InvoiceStatus, chargeID string) (bool, error)
-}
-
-// Reserve is the reserve transaction of order.Ledger in one round trip: the
-// three statements go in one pipeline (a pgx batch) that Postgres runs as
-// one implicit transaction, committed at its Sync, rolled back whole if any
-// statement fails. Sent one by one inside BEGIN … COMMIT they cost five
-// round trips, and on a busy 2-core machine the round trips, not the rows,
+// Reserve is the reserve transaction of order.Ledger in one round trip: its
+// two statements (sqlReserve, then the read of the invoice FOR UPDATE) go in
+// one pipeline (a pgx batch) that Postgres runs as one implicit transaction,
+// committed at its Sync, rolled back whole if any statement fails. Sent one
+// by one inside BEGIN … COMMIT they cost several round trips, and on a busy 2-core machine the round trips, not the rows,
 // are what the service and the server spend their CPU on (`make bench`).
-// A serialization failure or deadlock runs it again, as InTx does.
+// A serialization failure or deadlock runs it again (retry).
 func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (order.Reservation, error) {
 	var r order.Reservation
 	err := s.retry(ctx, func(ctx context.Context) error {
 		r = order.Reservation{}
 		b := &pgx.Batch{}
-		b.Queue(sqlInsertProcessed, pgtype.UUID{Bytes: inv.EventID, Valid: true}, group).
-			Exec(func(tag pgconn.CommandTag) error { r.FirstSeen = tag.RowsAffected() == 1; return nil })
-		b.Queue(sqlInsertInvoice, invoiceArgs(inv)...)
+		b.Queue(sqlReserve, reserveArgs(inv, group)...).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&r.FirstSeen, &r.Reopened) })
 		b.Queue(sqlInvoiceForUpdate, inv.OrderID).QueryRow(func(row pgx.Row) error {
 			var err error
 			r.Invoice, err = scanInvoice(row)
@@ -95,17 +76,29 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 	return r, nil
 }
 
-// Settle is the settle transaction of order.Ledger: InvoiceRepo.Settle's
-// UPDATE, committed on its own.
-func (s *Store) Settle(ctx context.Context, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
+// errNotFinal rejects settling an invoice to a state that is not final.
+var errNotFinal = errors.New("status is not final")
+
+// Settle is the settle transaction of order.Ledger, one UPDATE committed on
+// its own: the order's invoice moves from pending under key to status
+// (charged, declined or rejected), recording chargeID (NULL when ""). It
+// reports false when the invoice was already final, holds another key
+// (reopened since), or does not exist.
+func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error) {
+	if !status.Final() {
+		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", orderID, status, errNotFinal))
+	}
 	var settled bool
 	err := s.retry(ctx, func(ctx context.Context) error {
-		var err error
-		settled, err = s.invoices.Settle(ctx, s.pool, orderID, status, chargeID)
+		tag, err := s.pool.Exec(ctx, sqlSettle, orderID, string(status), chargeID, pgtype.UUID{Bytes: key, Valid: true})
+		settled = tag.RowsAffected() == 1
 		return err
 	})
 	handOff()
-	return settled, translate(ctx, err)
+	if err != nil {
+		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", orderID, err))
+	}
+	return settled, nil
 }
 
 // handOff yields the processor right after a transaction has given its
@@ -119,16 +112,6 @@ func (s *Store) Settle(ctx context.Context, orderID string, status order.Invoice
 // and all 20 with the yield (events/s +10%). The cost is one reschedule per
 // transaction, nothing next to its round trip.
 func handOff() { runtime.Gosched() }
-
-// InTx runs fn in one transaction (read committed), committing when fn
-// returns nil and rolling back otherwise. When the server aborts the
-// transaction with a serialization failure (40001) or a deadlock (40P01),
-// from fn or from the commit, InTx runs fn again, up to txAttempts times in
-// all with a short jittered pause, as long as ctx lasts; fn must therefore
-// act only through tx. The returned error is translated (TranslateError).
-func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
-	return translate(ctx, s.retry(ctx, func(ctx context.Context) error { return s.runTx(ctx, fn) }))
-}
 
 // retry runs one transaction attempt, and again after a serialization
 // failure or deadlock (and the DEFAULT-partition race), up to txAttempts
@@ -154,23 +137,6 @@ func (s *Store) retry(ctx context.Context, attempt func(ctx context.Context) err
 	}
 }
 
-// runTx is one attempt of InTx; errors are not yet translated.
-func (s *Store) runTx(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	if err := fn(ctx, pgTx{tx: tx, dedup: s.dedup, invoices: s.invoices}); err != nil {
-		rollback(ctx, tx)
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		// A failed commit has already rolled back (or lost the connection).
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
 // rollback ends tx even when ctx has ended: a cancelled caller must not
 // leave its connection inside a transaction. Its error is of no use to the
 // caller, who already has the error that caused the rollback; a connection
@@ -179,31 +145,6 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
 	_ = tx.Rollback(rctx)
-}
-
-// pgTx is Tx over one pgx transaction.
-type pgTx struct {
-	tx       pgx.Tx
-	dedup    DedupRepo
-	invoices InvoiceRepo
-}
-
-var _ Tx = pgTx{}
-
-func (t pgTx) TryInsertProcessed(ctx context.Context, eventID uuid.UUID, group string) (bool, error) {
-	return t.dedup.TryInsert(ctx, t.tx, eventID, group)
-}
-
-func (t pgTx) InsertInvoice(ctx context.Context, inv order.Invoice) (bool, error) {
-	return t.invoices.Insert(ctx, t.tx, inv)
-}
-
-func (t pgTx) InvoiceForUpdate(ctx context.Context, orderID string) (order.Invoice, bool, error) {
-	return t.invoices.ForUpdate(ctx, t.tx, orderID)
-}
-
-func (t pgTx) SettleInvoice(ctx context.Context, orderID string, status order.InvoiceStatus, chargeID string) (bool, error) {
-	return t.invoices.Settle(ctx, t.tx, orderID, status, chargeID)
 }
 
 // Ping checks that Postgres answers, for /readyz.

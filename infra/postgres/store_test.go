@@ -8,14 +8,27 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/pgtest"
 )
 
-func TestInTxRetriesSerializationFailure(t *testing.T) {
+// insertProcessed inserts the dedup row of id in tx and reports whether it
+// was new.
+func insertProcessed(ctx context.Context, tx pgx.Tx, id uuid.UUID) (bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO processed_event (event_id, consumer_group) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		pgtype.UUID{Bytes: id, Valid: true}, group)
+	return tag.RowsAffected() == 1, err
+}
+
+// The in-place retry policy of Reserve and Settle (Store.retry), driven
+// through the test hook postgres.Store.Retry.
+func TestRetrySerializationFailure(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
@@ -23,22 +36,24 @@ func TestInTxRetriesSerializationFailure(t *testing.T) {
 	id := newEventID(t)
 
 	var attempts int
-	err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
-		attempts++
-		first, err := tx.TryInsertProcessed(ctx, id, group)
-		if err != nil {
-			return err
-		}
-		if !first {
-			return fmt.Errorf("attempt %d: TryInsertProcessed = false: the failed attempt was not rolled back", attempts)
-		}
-		if attempts == 1 {
-			return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
-		}
-		return nil
+	err := store.Retry(ctx, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			attempts++
+			first, err := insertProcessed(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if !first {
+				return fmt.Errorf("attempt %d: the dedup row exists: the failed attempt was not rolled back", attempts)
+			}
+			if attempts == 1 {
+				return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+			}
+			return nil
+		})
 	})
 	if err != nil {
-		t.Fatalf("InTx() error = %v, want nil after a retry", err)
+		t.Fatalf("Retry() error = %v, want nil after a retry", err)
 	}
 	if attempts != 2 {
 		t.Errorf("attempts = %d, want 2", attempts)
@@ -48,14 +63,14 @@ func TestInTxRetriesSerializationFailure(t *testing.T) {
 	}
 }
 
-func TestInTxGivesUpAfterAttempts(t *testing.T) {
+func TestRetryGivesUpAfterAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
 
 	var attempts int
-	err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
+	err := store.Retry(ctx, func(ctx context.Context) error {
 		attempts++
 		return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40P01", Message: "deadlock detected"})
 	})
@@ -64,14 +79,14 @@ func TestInTxGivesUpAfterAttempts(t *testing.T) {
 	}
 	var te *order.TransientError
 	if !errors.As(err, &te) {
-		t.Fatalf("InTx() error = %v (%T), want a *order.TransientError", err, err)
+		t.Fatalf("Retry() error = %v (%T), want a *order.TransientError", err, err)
 	}
 	if got := order.Classify(err); got != order.ClassTransient {
 		t.Errorf("Classify() = %v, want transient", got)
 	}
 }
 
-func TestInTxDoesNotRetryOtherErrors(t *testing.T) {
+func TestRetryNotOtherErrors(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
@@ -80,15 +95,17 @@ func TestInTxDoesNotRetryOtherErrors(t *testing.T) {
 	errDomain := errors.New("domain rule broken")
 
 	var attempts int
-	err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
-		attempts++
-		if _, err := tx.TryInsertProcessed(ctx, id, group); err != nil {
-			return err
-		}
-		return errDomain
+	err := store.Retry(ctx, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			attempts++
+			if _, err := insertProcessed(ctx, tx, id); err != nil {
+				return err
+			}
+			return errDomain
+		})
 	})
 	if !errors.Is(err, errDomain) {
-		t.Errorf("InTx() error = %v, want it to wrap %v", err, errDomain)
+		t.Errorf("Retry() error = %v, want it to wrap %v", err, errDomain)
 	}
 	if attempts != 1 {
 		t.Errorf("attempts = %d, want 1", attempts)
@@ -98,9 +115,9 @@ func TestInTxDoesNotRetryOtherErrors(t *testing.T) {
 	}
 }
 
-// TestInTxRetriesRealDeadlock makes two transactions lock two invoices in
-// opposite orders: Postgres aborts one with 40P01 and InTx runs it again.
-func TestInTxRetriesRealDeadlock(t *testing.T) {
+// TestRetryRealDeadlock makes two transactions lock two invoices in
+// opposite orders: Postgres aborts one with 40P01 and it runs again.
+func TestRetryRealDeadlock(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, dsn := pgtest.NewDB(t)
@@ -111,13 +128,13 @@ func TestInTxRetriesRealDeadlock(t *testing.T) {
 	pool.Reset()
 	store := postgres.NewStore(pool)
 	for _, id := range []string{"ord-a", "ord-b"} {
-		err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
-			_, err := tx.InsertInvoice(ctx, order.Invoice{OrderID: id, EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending})
-			return err
-		})
-		if err != nil {
+		if _, err := store.Reserve(ctx, pendingInvoice(id, newEventID(t)), group); err != nil {
 			t.Fatal(err)
 		}
+	}
+	forUpdate := func(ctx context.Context, tx pgx.Tx, orderID string) error {
+		_, err := tx.Exec(ctx, `SELECT 1 FROM invoice WHERE order_id = $1 FOR UPDATE`, orderID)
+		return err
 	}
 
 	var (
@@ -129,14 +146,15 @@ func TestInTxRetriesRealDeadlock(t *testing.T) {
 	locked.Add(2)
 	lockBoth := func(i int, first, second string) {
 		var once sync.Once
-		errs[i] = store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
-			attempts.Add(1)
-			if _, _, err := tx.InvoiceForUpdate(ctx, first); err != nil {
-				return err
-			}
-			once.Do(func() { locked.Done(); locked.Wait() })
-			_, _, err := tx.InvoiceForUpdate(ctx, second)
-			return err
+		errs[i] = store.Retry(ctx, func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				attempts.Add(1)
+				if err := forUpdate(ctx, tx, first); err != nil {
+					return err
+				}
+				once.Do(func() { locked.Done(); locked.Wait() })
+				return forUpdate(ctx, tx, second)
+			})
 		})
 	}
 	wg.Go(func() { lockBoth(0, "ord-a", "ord-b") })
@@ -145,7 +163,7 @@ func TestInTxRetriesRealDeadlock(t *testing.T) {
 
 	for i, err := range errs {
 		if err != nil {
-			t.Errorf("transaction %d: InTx() error = %v, want nil after a retry", i, err)
+			t.Errorf("transaction %d: Retry() error = %v, want nil after a retry", i, err)
 		}
 	}
 	if got := attempts.Load(); got != 3 {
@@ -153,19 +171,16 @@ func TestInTxRetriesRealDeadlock(t *testing.T) {
 	}
 }
 
-func TestInTxCanceled(t *testing.T) {
+func TestReserveCanceled(t *testing.T) {
 	t.Parallel()
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
 	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 
-	err := store.InTx(ctx, func(ctx context.Context, tx postgres.Tx) error {
-		cancel()
-		_, err := tx.TryInsertProcessed(ctx, newEventID(t), group)
-		return err
-	})
+	_, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group)
 	if !errors.Is(err, context.Canceled) {
-		t.Errorf("InTx() error = %v, want context.Canceled", err)
+		t.Errorf("Reserve() error = %v, want context.Canceled", err)
 	}
 	if got := order.Classify(err); got != order.ClassCanceled {
 		t.Errorf("Classify() = %v, want canceled", got)

@@ -61,6 +61,7 @@ type App struct {
 	maint   *postgres.DedupMaintainer
 	srv     *http.Server
 	ln      net.Listener
+	pending *order.PendingCompleter
 
 	cleanup   []func() // run in reverse by Close
 	closeOnce sync.Once
@@ -143,6 +144,12 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		WriteTimeout: 30 * time.Second, // a scrape of every series, on a slow link
 		IdleTimeout:  2 * time.Minute,
 	}
+
+	a.pending = order.NewPendingCompleter(a.store, order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID),
+		order.CompleterOptions{ResumeAfter: cfg.PendingResumeAfter, Logger: log, Stats: func(s order.PendingStats) {
+			a.Metrics.InvoicesPending.Set(float64(s.Count))
+			a.Metrics.PendingOldest.Set(s.Oldest.Seconds())
+		}})
 	return a, nil
 }
 
@@ -235,7 +242,12 @@ func (a *App) Run(ctx context.Context) error {
 		if err := a.maint.Start(mctx); err != nil {
 			return fmt.Errorf("dedup maintenance: %w", err)
 		}
+		if err := a.pending.Start(mctx); err != nil {
+			a.maint.Stop()
+			return fmt.Errorf("pending completer: %w", err)
+		}
 		<-consumersDone
+		a.pending.Stop()
 		a.maint.Stop()
 		return nil
 	})

@@ -93,7 +93,7 @@ func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
 		RetryDelays:    []config.Duration{config.Duration(100 * time.Millisecond), config.Duration(200 * time.Millisecond)},
 		DatabaseURL:    config.Secret(dsn),
 		PaymentBaseURL: gatewayURL, PaymentTimeout: 2 * time.Second, DefaultCurrency: "USD",
-		MaxInFlight: 8, DedupRetention: 168 * time.Hour, HTTPAddr: "127.0.0.1:0", LogLevel: "debug",
+		MaxInFlight: 8, DedupRetention: 168 * time.Hour, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour, HTTPAddr: "127.0.0.1:0", LogLevel: "debug",
 		ShutdownTimeout: 5 * time.Second,
 	}
 }
@@ -350,7 +350,8 @@ func TestHTTPEndpoints(t *testing.T) {
 	poll.Until(t, "/readyz 200", 10*time.Second, func() bool { code, _ := get("/readyz"); return code == 200 })
 	_, body := get("/metrics")
 	for _, name := range []string{"billing_events_total", "billing_handle_duration_seconds", "billing_in_flight",
-		"billing_consumer_paused", "billing_dedup_partitions", "go_goroutines", "process_resident_memory_bytes"} {
+		"billing_consumer_paused", "billing_dedup_partitions", "go_goroutines", "process_resident_memory_bytes",
+		"billing_invoices_pending", "billing_invoice_pending_oldest_seconds"} {
 		if !strings.Contains(body, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}

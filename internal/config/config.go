@@ -47,6 +47,8 @@ type Config struct {
 	LogLevel              string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	MigrateOnStart        bool          `envconfig:"MIGRATE_ON_START" default:"false" desc:"apply migrations before consuming"`
 	ShutdownTimeout       time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"drain budget after SIGTERM"`
+	PendingResumeAfter    time.Duration `envconfig:"PENDING_RESUME_AFTER" default:"15m" desc:"a pending invoice older than this is resumed by the service itself"`
+	GatewayKeyTTL         time.Duration `envconfig:"GATEWAY_KEY_TTL" default:"24h" desc:"how long the gateway keeps an Idempotency-Key; a pending invoice must be settled well within it"`
 }
 
 // Duration is a time.Duration that envconfig can read inside a list.
@@ -178,6 +180,17 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return &Error{"BILLING_SHUTDOWN_TIMEOUT", "must be positive"}
+	}
+	if c.PendingResumeAfter <= 0 {
+		return &Error{"BILLING_PENDING_RESUME_AFTER", "must be positive"}
+	}
+	if c.GatewayKeyTTL <= 0 {
+		return &Error{"BILLING_GATEWAY_KEY_TTL", "must be positive"}
+	}
+	// The completer must have time for its back-off to retry a pending
+	// invoice several times before the gateway forgets its key.
+	if c.PendingResumeAfter >= c.GatewayKeyTTL/2 {
+		return &Error{"BILLING_PENDING_RESUME_AFTER", fmt.Sprintf("%s must be under half of BILLING_GATEWAY_KEY_TTL (%s)", c.PendingResumeAfter, c.GatewayKeyTTL)}
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":

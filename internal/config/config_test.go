@@ -38,6 +38,9 @@ func TestLoadDefaults(t *testing.T) {
 			t.Errorf("DefaultDBMaxConns(%d) = %d, want %d", inFlight, got, want)
 		}
 	}
+	if c.PendingResumeAfter != 15*time.Minute || c.GatewayKeyTTL != 24*time.Hour {
+		t.Errorf("pending resume after %v, key TTL %v; want 15m, 24h", c.PendingResumeAfter, c.GatewayKeyTTL)
+	}
 	if c.RetryTopic(2) != "billing.order-confirmed.retry.2" {
 		t.Errorf("retry topic = %q", c.RetryTopic(2))
 	}
@@ -73,6 +76,10 @@ func TestLoadRejectsBadVariables(t *testing.T) {
 		{"BILLING_MIGRATE_ON_START", "yes please", "BILLING_MIGRATE_ON_START"},
 		{"BILLING_SHUTDOWN_TIMEOUT", "0s", "BILLING_SHUTDOWN_TIMEOUT"},
 		{"BILLING_KAFKA_TOPIC", " ", "BILLING_KAFKA_TOPIC"},
+		{"BILLING_PENDING_RESUME_AFTER", "0s", "BILLING_PENDING_RESUME_AFTER"},
+		{"BILLING_PENDING_RESUME_AFTER", "12h", "BILLING_GATEWAY_KEY_TTL"},
+		{"BILLING_GATEWAY_KEY_TTL", "20m", "BILLING_PENDING_RESUME_AFTER"},
+		{"BILLING_GATEWAY_KEY_TTL", "-1h", "BILLING_GATEWAY_KEY_TTL"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {

@@ -158,7 +158,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 		KafkaDLQTopic:         "billing.order-confirmed.dlq", KafkaClientID: "billing-demo",
 		DatabaseURL:    config.Secret(dsn),
 		PaymentBaseURL: gwURL, PaymentTimeout: 5 * time.Second, DefaultCurrency: "USD",
-		MaxInFlight: o.MaxInFlight, DedupRetention: 168 * time.Hour, HTTPAddr: "127.0.0.1:0",
+		MaxInFlight: o.MaxInFlight, DedupRetention: 168 * time.Hour, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour, HTTPAddr: "127.0.0.1:0",
 		LogLevel: "info", MigrateOnStart: true, ShutdownTimeout: 10 * time.Second,
 	}
 	if err := cfg.Validate(); err != nil {

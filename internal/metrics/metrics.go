@@ -24,6 +24,8 @@ type Metrics struct {
 	MaintenanceRuns  *prometheus.CounterVec // result
 	MaintenanceLast  prometheus.Gauge       //
 	DBPool           *PoolCollector         // billing_db_pool_*, once Watch is called
+	InvoicesPending  prometheus.Gauge       // from Postgres, by the pending completer
+	PendingOldest    prometheus.Gauge       // from Postgres, by the pending completer
 	Gathered         prometheus.Gatherer    // what /metrics serves
 }
 
@@ -90,12 +92,21 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Name: "billing_dedup_maintenance_last_success_timestamp_seconds",
 			Help: "Unix time of the last dedup maintenance pass that finished without error.",
 		}),
+		InvoicesPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_invoices_pending",
+			Help: "Invoices pending in Postgres (all processes), as of the pending completer's last pass; a 422 keeps one pending for a person.",
+		}),
+		PendingOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_invoice_pending_oldest_seconds",
+			Help: "How long the oldest pending invoice has been pending under its Idempotency-Key, as of the pending completer's last pass; must stay well under BILLING_GATEWAY_KEY_TTL.",
+		}),
 		DBPool:   newPoolCollector(),
 		Gathered: reg,
 	}
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
-		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool)
+		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool,
+		m.InvoicesPending, m.PendingOldest)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

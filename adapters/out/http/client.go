@@ -225,7 +225,10 @@ type chargeReply struct {
 //     with the charge_id of the body if it has one (the key was processed).
 //   - 401, 403 (the service's own credentials refused): an
 //     *order.OutageError of the gateway; every event would meet the same.
-//   - 422 and every other 4xx: *order.PermanentError.
+//   - 422 and every other 4xx: *order.PermanentError wrapping an
+//     *order.ChargeRefusedError, of kind RefusalKeyReused for 422 (the
+//     invoice stays pending) and RefusalRejected otherwise (no money moved:
+//     the invoice becomes rejected).
 //   - 429, 5xx, and any other status (a 3xx: redirects are not followed):
 //     *order.TransientError, RetryAfter from the Retry-After header.
 //   - No reply (timeout, connection refused or reset, EOF, DNS, TLS): a
@@ -443,8 +446,15 @@ func (c *Client) reply(resp *http.Response, raw []byte) (order.ChargeResult, ver
 		return order.ChargeResult{}, verdictUnhealthy, c.transient(resp, "%d %s%s", status, http.StatusText(status), detail(body))
 
 	case status >= 400:
-		return order.ChargeResult{}, verdictHealthy, &order.PermanentError{Op: op,
-			Err: fmt.Errorf("POST %s: %d %s%s", c.redacted, status, http.StatusText(status), detail(body))}
+		// 422: the key was used with another body, money may have moved
+		// under it; any other 4xx: the request was refused unexecuted.
+		kind := order.RefusalRejected
+		if status == http.StatusUnprocessableEntity {
+			kind = order.RefusalKeyReused
+		}
+		return order.ChargeResult{}, verdictHealthy, &order.PermanentError{Op: op, Err: &order.ChargeRefusedError{
+			Kind: kind, StatusCode: status,
+			Err: fmt.Errorf("POST %s: %d %s%s", c.redacted, status, http.StatusText(status), detail(body))}}
 
 	case status >= 200 && status < 300: // 202, 204…: not the contract's proof of a charge
 		return order.ChargeResult{}, verdictHealthy, c.transient(resp, "%d %s, want 200 or 201", status, http.StatusText(status))

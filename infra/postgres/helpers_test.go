@@ -1,0 +1,52 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/billing/infra/postgres"
+)
+
+const group = "billing-test"
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newEventID(t *testing.T) uuid.UUID {
+	t.Helper()
+	id, err := uuid.NewV7()
+	if err != nil {
+		t.Fatalf("new event id: %v", err)
+	}
+	return id
+}
+
+// newEventIDs returns n fresh UUIDv7 event ids.
+func newEventIDs(t *testing.T, n int) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = newEventID(t)
+	}
+	return ids
+}
+
+// tryInsert reserves event id for group, for an order of its own, the way
+// the service does (Store.Reserve), and reports whether its dedup row was
+// new.
+func tryInsert(ctx context.Context, t *testing.T, pool *pgxpool.Pool, id uuid.UUID, group string) bool {
+	t.Helper()
+	r, err := postgres.NewStore(pool).Reserve(ctx, pendingInvoice("ord-"+id.String(), id), group)
+	if err != nil {
+		t.Fatalf("Reserve(%s, %q) error = %v", id, group, err)
+	}
+	return r.FirstSeen
+}
