@@ -28,7 +28,11 @@ const (
 // NewPool opens a pgx pool of at most maxConns connections (pgx's default
 // when maxConns <= 0) and checks it with a ping. Errors never contain the
 // DSN's password: a DSN that does not parse is reported without its text.
-func NewPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, error) {
+func NewPool(ctx context.Context, dsn string, maxConns int, opts ...PoolOption) (*pgxpool.Pool, error) {
+	var o poolOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx redacts the password on a best-effort basis only, and a
@@ -51,6 +55,9 @@ func NewPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, erro
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
+	}
+	if o.tp != nil {
+		cfg.ConnConfig.Tracer = newQueryTracer(o.tp)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

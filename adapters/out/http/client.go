@@ -24,9 +24,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/tracectx"
 )
 
 // MaxReplyBytes is how much of a reply body is read; a charge reply is a few
@@ -68,6 +68,7 @@ type options struct {
 	duration prometheus.Histogram
 	log      *slog.Logger
 	breaker  BreakerSettings
+	tp       trace.TracerProvider
 }
 
 // DefaultIdleConns is how many idle connections to the gateway the Client
@@ -151,6 +152,7 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 		c.hc = &http.Client{Transport: tr}
 	}
 	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc.Transport = traced(c.hc.Transport, o.tp)
 	c.breaker, c.coolDown = newBreaker(o.breaker, c.log)
 	return c, nil
 }
@@ -273,9 +275,6 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
 	hreq.Header.Set(HeaderIdempotencyKey, req.IdempotencyKey.String())
-	if tp, ok := tracectx.FromContext(ctx); ok {
-		hreq.Header.Set(tracectx.Header, tracectx.Child(tp).String())
-	}
 
 	// net/http may itself send this request once more, on a fresh
 	// connection, when a reused keep-alive connection turns out to be closed
