@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	kafkago "github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
 	payment "github.com/acme/billing/adapters/out/http"
@@ -38,6 +39,9 @@ type Tuning struct {
 	ProbeInterval  time.Duration
 	LagInterval    time.Duration
 	OutageBackoff  time.Duration // first wait after an outage; doubles up to 15s
+	// Tracer records the spans of each record (nil: none); its owner
+	// flushes it after Run returns.
+	Tracer trace.TracerProvider
 }
 
 // App is one running billing process.
@@ -77,7 +81,7 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		a.tune.LagInterval = 15 * time.Second
 	}
 
-	pool, err := connectPostgres(ctx, cfg, log)
+	pool, err := connectPostgres(ctx, cfg, log, postgres.WithTracerProvider(tune.Tracer))
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +128,8 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	a.gateway, err = payment.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
 		payment.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
 		payment.WithIdleConns(max(cfg.MaxInFlight, 2)),
-		payment.WithLogger(log))
+		payment.WithLogger(log),
+		payment.WithTracerProvider(tune.Tracer))
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("payment client: %w", err)
@@ -146,10 +151,10 @@ func KafkaSettings(cfg config.Config) kafka.Settings {
 	}
 }
 
-func connectPostgres(ctx context.Context, cfg config.Config, log *slog.Logger) (*pgxpool.Pool, error) {
+func connectPostgres(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...postgres.PoolOption) (*pgxpool.Pool, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for attempt := 1; ; attempt++ {
-		pool, err := postgres.NewPool(ctx, cfg.DatabaseURL.Reveal(), cfg.DBMaxConns)
+		pool, err := postgres.NewPool(ctx, cfg.DatabaseURL.Reveal(), cfg.DBMaxConns, opts...)
 		if err == nil {
 			return pool, nil
 		}
@@ -283,7 +288,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	router := kafkain.NewRouter(writer, routes, a.Metrics, a.pause, a.log)
 	billing := order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID)
-	handler := kafkain.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency)
+	handler := kafkain.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency, kafkain.WithTracerProvider(a.tune.Tracer))
 
 	type consumer struct {
 		reader *kafkago.Reader
