@@ -99,7 +99,7 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 
 func runService(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	log.Info("configuration", slog.Any("config", cfg))
-	tracing, err := telemetry.Setup(ctx)
+	tracing, err := telemetry.Setup(ctx, log)
 	if err != nil {
 		return err
 	}

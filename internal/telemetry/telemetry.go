@@ -13,9 +13,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -95,7 +98,10 @@ func Off() *Tracing { return &Tracing{provider: noop.NewTracerProvider()} }
 //
 // A value Setup cannot honour (another exporter, the http/json protocol) is
 // an error naming the variable, as bad BILLING_* configuration is.
-func Setup(ctx context.Context) (*Tracing, error) {
+//
+// When tracing is on, the SDK's own errors (a failed export, say) go to log
+// as JSON lines.
+func Setup(ctx context.Context, log *slog.Logger) (*Tracing, error) {
 	if strings.EqualFold(env(EnvSDKDisabled), "true") {
 		return Off(), nil
 	}
@@ -145,6 +151,16 @@ func Setup(ctx context.Context) (*Tracing, error) {
 		_ = exp.Shutdown(ctx)
 		return nil, fmt.Errorf("trace resource: %w", err)
 	}
+	// The SDK reports a failed export only through otel's process-wide error
+	// handler, and its own messages through otel's process-wide logger; by
+	// default both print plain text on stderr, outside the JSON log. They
+	// are the one piece of otel global state billing sets (it sets no
+	// global tracer provider or propagator: those are passed), once, from
+	// the Setup that main calls, and only when tracing is on.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("opentelemetry", slog.String("error", err.Error()))
+	}))
+	otel.SetLogger(logr.FromSlogHandler(log.Handler()))
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return &Tracing{provider: sdk, sdk: sdk, protocol: proto}, nil
 }

@@ -2,8 +2,11 @@ package telemetry_test
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +37,7 @@ func otelEnv(t *testing.T, vars map[string]string) {
 func TestSetupOffWhenUnset(t *testing.T) {
 	otelEnv(t, nil)
 	before := goleak.IgnoreCurrent()
-	tr, err := telemetry.Setup(context.Background())
+	tr, err := telemetry.Setup(context.Background(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
@@ -70,7 +73,7 @@ func TestSetupFromEnv(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			otelEnv(t, tt.vars)
-			tr, err := telemetry.Setup(context.Background())
+			tr, err := telemetry.Setup(context.Background(), slog.New(slog.DiscardHandler))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Setup error = %v, want one naming %s", err, tt.wantErr)
@@ -95,4 +98,51 @@ func TestSetupFromEnv(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A failed export, which the SDK reports only through otel's global error
+// handler, is a JSON line of billing's log rather than plain text on stderr.
+func TestExportErrorIsLogged(t *testing.T) {
+	otelEnv(t, map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":       "http://127.0.0.1:1", // nothing listens on port 1
+		"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "500",
+	})
+	var buf syncBuffer
+	tr, err := telemetry.Setup(context.Background(), slog.New(slog.NewJSONHandler(&buf, nil)))
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	_, span := tr.TracerProvider().Tracer("test").Start(context.Background(), "lost")
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = tr.Shutdown(ctx) // exports the span, which fails
+	var found bool
+	for l := range strings.Lines(buf.String()) {
+		var line struct{ Level, Msg, Error string }
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		found = found || (line.Level == "WARN" && line.Msg == "opentelemetry" && line.Error != "")
+	}
+	if !found {
+		t.Errorf("log %q: want a warning carrying the export error", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

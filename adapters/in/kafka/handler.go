@@ -23,10 +23,6 @@ type Biller interface {
 // TracerName is the instrumentation scope of the handler's spans.
 const TracerName = "github.com/acme/billing/adapters/in/kafka"
 
-// propagator reads the W3C traceparent/tracestate headers: CONTRACT.md §3
-// names W3C Trace Context, so it is not configurable.
-var propagator = propagation.TraceContext{}
-
 // OrderConfirmedHandler turns one Kafka record into one billing call. The
 // billing service does reserve, charge and settle (DESIGN.md); the handler
 // decodes the raw bytes (a bad record is a *order.ValidationError, sent to
@@ -67,7 +63,8 @@ func NewOrderConfirmedHandler(b Biller, defaultCurrency string, opts ...HandlerO
 // record's W3C traceparent (a new trace when it has no valid one). Each call
 // is one span: a record handled again after an outage gets one per attempt.
 func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
-	ctx = propagator.Extract(ctx, headerCarrier(msg.Headers))
+	// W3C Trace Context, as CONTRACT.md §3 names it: not configurable.
+	ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier(msg.Headers))
 	ctx, span := h.tracer.Start(ctx, "process "+msg.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -104,7 +101,7 @@ func (t RecordTrace) TraceIDString() string { return t.TraceID().String() }
 // TraceParent returns the record's W3C trace context, when it has a valid
 // one. The handler's span for the record belongs to the same trace.
 func TraceParent(msg kafkago.Message) (RecordTrace, bool) {
-	sc := trace.SpanContextFromContext(propagator.Extract(context.Background(), headerCarrier(msg.Headers)))
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), headerCarrier(msg.Headers)))
 	return RecordTrace{sc}, sc.IsValid()
 }
 
