@@ -25,7 +25,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // DefaultServiceName is service.name when OTEL_SERVICE_NAME (or
@@ -53,14 +52,19 @@ const (
 
 // Tracing is the process's tracer provider and how to flush it.
 type Tracing struct {
-	provider trace.TracerProvider
 	sdk      *sdktrace.TracerProvider // nil when tracing is off
 	protocol string                   // the OTLP protocol; "" when off
 }
 
-// TracerProvider returns the provider to hand to the adapters: a no-op
-// one when tracing is off.
-func (t *Tracing) TracerProvider() trace.TracerProvider { return t.provider }
+// TracerProvider returns the provider to hand to the adapters, or nil when
+// tracing is off: each adapter's WithTracerProvider then records nothing and
+// skips even the work a no-op provider costs (otelhttp's, per request).
+func (t *Tracing) TracerProvider() trace.TracerProvider {
+	if t.sdk == nil {
+		return nil
+	}
+	return t.sdk
+}
 
 // Exporter describes the exporter, "otlp grpc" or "otlp http/protobuf", or
 // returns "" when tracing is off.
@@ -86,7 +90,7 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 
 // Off returns Tracing switched off, for programs and tests that do not read
 // the environment.
-func Off() *Tracing { return &Tracing{provider: noop.NewTracerProvider()} }
+func Off() *Tracing { return &Tracing{} }
 
 // Setup builds tracing from the OTEL_* environment variables. Tracing is on
 // when OTEL_TRACES_EXPORTER is "otlp", or when it is unset and
@@ -162,7 +166,7 @@ func Setup(ctx context.Context, log *slog.Logger) (*Tracing, error) {
 	}))
 	otel.SetLogger(logr.FromSlogHandler(log.Handler()))
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return &Tracing{provider: sdk, sdk: sdk, protocol: proto}, nil
+	return &Tracing{sdk: sdk, protocol: proto}, nil
 }
 
 func env(name string) string { return strings.TrimSpace(os.Getenv(name)) }

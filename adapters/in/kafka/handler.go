@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/acme/billing/core/order"
 )
@@ -32,15 +31,15 @@ const TracerName = "github.com/acme/billing/adapters/in/kafka"
 type OrderConfirmedHandler struct {
 	billing         Biller
 	defaultCurrency string
-	tracer          trace.Tracer
+	tracer          trace.Tracer // nil: no spans
 }
 
 // HandlerOption configures an OrderConfirmedHandler.
 type HandlerOption func(*OrderConfirmedHandler)
 
 // WithTracerProvider makes the handler record a span per handled record
-// through tp. Without it, or with a nil tp, the provider is a no-op one,
-// which still passes the record's trace context on to the calls made for it.
+// through tp. Without it, or with a nil tp, it records none, and costs
+// nothing but passing the record's trace context on to the calls made for it.
 func WithTracerProvider(tp trace.TracerProvider) HandlerOption {
 	return func(h *OrderConfirmedHandler) {
 		if tp != nil {
@@ -52,19 +51,23 @@ func WithTracerProvider(tp trace.TracerProvider) HandlerOption {
 // NewOrderConfirmedHandler returns a handler billing through b; events
 // without a currency are billed in defaultCurrency.
 func NewOrderConfirmedHandler(b Biller, defaultCurrency string, opts ...HandlerOption) *OrderConfirmedHandler {
-	h := &OrderConfirmedHandler{billing: b, defaultCurrency: defaultCurrency, tracer: noop.NewTracerProvider().Tracer(TracerName)}
+	h := &OrderConfirmedHandler{billing: b, defaultCurrency: defaultCurrency}
 	for _, opt := range opts {
 		opt(h)
 	}
 	return h
 }
 
-// Handle decodes msg and bills it inside a consumer span whose parent is the
-// record's W3C traceparent (a new trace when it has no valid one). Each call
-// is one span: a record handled again after an outage gets one per attempt.
+// Handle decodes msg and bills it with the record's W3C trace context in
+// ctx, inside a consumer span whose parent is the record's traceparent (a new
+// trace when it has no valid one) when tracing is on. Each call is one span:
+// a record handled again after an outage gets one per attempt.
 func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
 	// W3C Trace Context, as CONTRACT.md §3 names it: not configurable.
 	ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier(msg.Headers))
+	if h.tracer == nil {
+		return h.handle(ctx, msg, nil)
+	}
 	ctx, span := h.tracer.Start(ctx, "process "+msg.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -76,19 +79,26 @@ func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg kafkago.Message)
 			semconv.MessagingKafkaOffset(int(msg.Offset)),
 		))
 	defer span.End()
-	evt, err := order.Decode(msg.Value, h.defaultCurrency)
-	if err == nil {
-		span.SetAttributes(attribute.String("billing.event_id", evt.EventID.String()), attribute.String("billing.order_id", evt.OrderID))
-		var outcome order.Outcome
-		outcome, err = h.billing.Bill(ctx, evt)
-		if err == nil {
-			span.SetAttributes(attribute.String("billing.outcome", string(outcome)))
-			return outcome, nil
-		}
+	outcome, err := h.handle(ctx, msg, span)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, order.Classify(err).String())
+		return "", err
 	}
-	span.RecordError(err)
-	span.SetStatus(codes.Error, order.Classify(err).String())
-	return "", err
+	span.SetAttributes(attribute.String("billing.outcome", string(outcome)))
+	return outcome, nil
+}
+
+// handle decodes and bills msg; span, when not nil, gets the event's ids.
+func (h *OrderConfirmedHandler) handle(ctx context.Context, msg kafkago.Message, span trace.Span) (order.Outcome, error) {
+	evt, err := order.Decode(msg.Value, h.defaultCurrency)
+	if err != nil {
+		return "", err
+	}
+	if span != nil {
+		span.SetAttributes(attribute.String("billing.event_id", evt.EventID.String()), attribute.String("billing.order_id", evt.OrderID))
+	}
+	return h.billing.Bill(ctx, evt)
 }
 
 // RecordTrace is the W3C trace context a record carries in its headers.

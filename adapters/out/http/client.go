@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/billing/core/order"
@@ -275,6 +276,9 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
 	hreq.Header.Set(HeaderIdempotencyKey, req.IdempotencyKey.String())
+	// The caller's trace (CONTRACT.md §3); a traced transport replaces it
+	// with its client span's (WithTracerProvider).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
 
 	// net/http may itself send this request once more, on a fresh
 	// connection, when a reused keep-alive connection turns out to be closed
