@@ -107,3 +107,22 @@ func validEvent(t *testing.T) []byte {
 	}
 	return b
 }
+
+// Without a tracer provider no span is started, and the billing call still
+// runs in the record's trace, for the gateway call to pass on.
+func TestHandleWithoutTracingCarriesTheRecordsTrace(t *testing.T) {
+	t.Parallel()
+	var inside trace.SpanContext
+	h := kafkain.NewOrderConfirmedHandler(billerFunc(func(ctx context.Context, _ order.OrderConfirmedEvent) (order.Outcome, error) {
+		inside = trace.SpanContextFromContext(ctx)
+		return order.OutcomeCharged, nil
+	}), "USD")
+	msg := kafkago.Message{Topic: "orders", Value: validEvent(t),
+		Headers: []kafkago.Header{{Key: "traceparent", Value: []byte("00-" + testTraceID + "-" + testSpanID + "-01")}}}
+	if _, err := h.Handle(context.Background(), msg); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if inside.TraceID().String() != testTraceID || inside.SpanID().String() != testSpanID || !inside.IsRemote() {
+		t.Errorf("Bill ran in %v, want the record's remote span context", inside)
+	}
+}
