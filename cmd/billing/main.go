@@ -20,10 +20,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/telemetry"
 	"github.com/acme/billing/internal/version"
 )
 
@@ -143,17 +145,37 @@ func load(stdout io.Writer) (config.Config, *slog.Logger, error) {
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
 func runService(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	log.Info("configuration", slog.Any("config", cfg))
-	a, err := app.New(ctx, cfg, app.Tuning{}, log)
+	tracing, err := telemetry.Setup(ctx, log)
+	if err != nil {
+		return err
+	}
+	if exp := tracing.Exporter(); exp != "" {
+		log.Info("tracing on", slog.String("exporter", exp))
+	}
+	// Run returns once the consumers have drained and everything is closed:
+	// the last records' spans have ended, and are flushed here.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingFlushTimeout)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("flush traces", slog.String("error", err.Error()))
+		}
+	}()
+	a, err := app.New(ctx, cfg, app.Tuning{Tracer: tracing.TracerProvider()}, log)
 	if err != nil {
 		return err
 	}
 	return a.Run(ctx)
 }
+
+// tracingFlushTimeout bounds the export of the last spans at exit; it comes
+// on top of BILLING_SHUTDOWN_TIMEOUT, within the pod's grace period.
+const tracingFlushTimeout = 5 * time.Second
 
 func migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	pool, err := postgres.NewPool(ctx, cfg.DatabaseURL.Reveal(), 2)

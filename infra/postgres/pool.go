@@ -28,8 +28,8 @@ const (
 // NewPool opens a pgx pool of at most maxConns connections (pgx's default
 // when maxConns <= 0) and checks it with a ping. Errors never contain the
 // DSN's password: a DSN that does not parse is reported without its text.
-func NewPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, error) {
-	pool, err := OpenPool(ctx, dsn, maxConns)
+func NewPool(ctx context.Context, dsn string, maxConns int, opts ...PoolOption) (*pgxpool.Pool, error) {
+	pool, err := OpenPool(ctx, dsn, maxConns, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,11 @@ func NewPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, erro
 
 // OpenPool is NewPool without the ping: it connects to nothing yet, so a
 // process can be built (and serve /healthz) before Postgres answers.
-func OpenPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, error) {
+func OpenPool(ctx context.Context, dsn string, maxConns int, opts ...PoolOption) (*pgxpool.Pool, error) {
+	var o poolOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx redacts the password on a best-effort basis only, and a
@@ -67,6 +71,9 @@ func OpenPool(ctx context.Context, dsn string, maxConns int) (*pgxpool.Pool, err
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
+	}
+	if o.tp != nil {
+		cfg.ConnConfig.Tracer = newQueryTracer(o.tp)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

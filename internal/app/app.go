@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	kafkago "github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
@@ -42,6 +43,9 @@ type Tuning struct {
 	ProbeInterval  time.Duration // health check of Postgres and Kafka while nothing is down; a tenth of it while paused
 	LagInterval    time.Duration
 	OutageBackoff  time.Duration // first wait after an outage; doubles up to 15s
+	// Tracer records the spans of each record (nil: none); its owner
+	// flushes it after Run returns.
+	Tracer trace.TracerProvider
 }
 
 // App is one billing process: New builds it, Run runs it, Close releases
@@ -91,7 +95,7 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		a.tune.LagInterval = 15 * time.Second
 	}
 
-	a.pool, err = postgres.OpenPool(ctx, cfg.DatabaseURL.Reveal(), cfg.DBMaxConns)
+	a.pool, err = postgres.OpenPool(ctx, cfg.DatabaseURL.Reveal(), cfg.DBMaxConns, postgres.WithTracerProvider(tune.Tracer))
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +125,8 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	a.gateway, err = payment.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
 		payment.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
 		payment.WithIdleConns(max(cfg.MaxInFlight, 2)),
-		payment.WithLogger(log))
+		payment.WithLogger(log),
+		payment.WithTracerProvider(tune.Tracer))
 	if err != nil {
 		return nil, fmt.Errorf("payment client: %w", err)
 	}
@@ -435,7 +440,7 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func()) {
 	}
 	router := kafkain.NewRouter(writer, routes, a.Metrics, a.pause, a.log)
 	billing := order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID)
-	handler := kafkain.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency)
+	handler := kafkain.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency, kafkain.WithTracerProvider(a.tune.Tracer))
 
 	var (
 		consumers []*kafkain.Consumer

@@ -26,9 +26,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/tracectx"
 )
 
 // MaxReplyBytes is how much of a reply body is read; a charge reply is a few
@@ -72,6 +73,7 @@ type options struct {
 	duration prometheus.Histogram
 	log      *slog.Logger
 	breaker  BreakerSettings
+	tp       trace.TracerProvider
 }
 
 // DefaultIdleConns is how many idle connections to the gateway the Client
@@ -155,6 +157,7 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 		c.hc = &http.Client{Transport: tr}
 	}
 	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc.Transport = traced(c.hc.Transport, o.tp)
 	c.breaker, c.coolDown = newBreaker(o.breaker, c.log)
 	c.maxNoReply = o.breaker.ConsecutiveNoReply
 	if c.maxNoReply <= 0 {
@@ -340,9 +343,9 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/json")
 	hreq.Header.Set(HeaderIdempotencyKey, req.IdempotencyKey.String())
-	if tp, ok := tracectx.FromContext(ctx); ok {
-		hreq.Header.Set(tracectx.Header, tracectx.Child(tp).String())
-	}
+	// The caller's trace (CONTRACT.md §3); a traced transport replaces it
+	// with its client span's (WithTracerProvider).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
 
 	// net/http may itself send this request once more, on a fresh
 	// connection, when a reused keep-alive connection turns out to be closed
