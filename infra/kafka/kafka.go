@@ -126,11 +126,13 @@ type ReaderOptions struct {
 	QueueCapacity     int
 }
 
-// NewReader returns a consumer-group reader of topic with manual commits
-// (CommitInterval 0: CommitMessages is synchronous, R-KFK-CONS-2). A group
-// that has no committed offset starts at the oldest record, so nothing
-// published before the first deployment is skipped.
-func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
+// ReaderConfig returns the configuration of a consumer group of topic and
+// of the readers of its partitions (adapters/in/kafka.NewGroupSource takes
+// both from it). Offsets are committed by the consumer through the group's
+// generation, never by a reader. A group that has no committed offset starts
+// at the oldest record, so nothing published before the first deployment is
+// skipped. Records of aborted transactions are not read (read_committed).
+func (c *Conn) ReaderConfig(topic, group string, o ReaderOptions) kafkago.ReaderConfig {
 	cfg := kafkago.ReaderConfig{
 		Brokers:           c.brokers,
 		GroupID:           group,
@@ -149,11 +151,12 @@ func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
 		CommitInterval:    0,
 		StartOffset:       kafkago.FirstOffset,
 		MaxAttempts:       3,
+		IsolationLevel:    kafkago.ReadCommitted,
 	}
 	if cfg.QueueCapacity == 0 {
 		cfg.QueueCapacity = 100
 	}
-	return kafkago.NewReader(cfg)
+	return cfg
 }
 
 // NewWriter returns a producer for routed records (retry tiers, DLQ, replay):

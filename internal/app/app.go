@@ -286,8 +286,8 @@ func (a *App) Run(ctx context.Context) error {
 	handler := kafkain.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency)
 
 	type consumer struct {
-		reader *kafkago.Reader
-		c      *kafkain.Consumer
+		src *kafkain.GroupSource
+		c   *kafkain.Consumer
 	}
 	var consumers []consumer
 	topics := append([]string{cfg.KafkaTopic}, routes.RetryTopics...)
@@ -296,8 +296,19 @@ func (a *App) Run(ctx context.Context) error {
 		if tier > 0 {
 			group = cfg.KafkaGroupID + ".retry." + strconv.Itoa(tier)
 		}
-		r := a.kc.NewReader(topic, group, a.tune.Reader)
-		consumers = append(consumers, consumer{r, kafkain.NewConsumer(r, handler, router, a.pause, a.Metrics, a.log,
+		src, err := kafkain.NewGroupSource(a.kc.ReaderConfig(topic, group, a.tune.Reader))
+		if err != nil { // only a configuration NewGroupSource rejects
+			for _, c := range consumers {
+				_ = c.src.Close()
+			}
+			_ = closeWriter()
+			a.maint.Stop()
+			stopBG()
+			bg.Wait()
+			_ = srv.Close()
+			return fmt.Errorf("consume %s: %w", topic, err)
+		}
+		consumers = append(consumers, consumer{src, kafkain.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
 			kafkain.Options{
 				Tier:             tier,
 				MaxInFlight:      cfg.MaxInFlight,
@@ -321,8 +332,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	// Every consumer drained and made its final commit: release in order.
 	for _, c := range consumers {
-		if err := c.reader.Close(); err != nil {
-			a.log.Warn("close reader", slog.String("error", err.Error()))
+		if err := c.src.Close(); err != nil {
+			a.log.Warn("close consumer group", slog.String("error", err.Error()))
 		}
 	}
 	if err := closeWriter(); err != nil {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -13,12 +14,6 @@ import (
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/metrics"
 )
-
-// Source is a consumer-group reader: *kafka.Reader with CommitInterval 0.
-type Source interface {
-	FetchMessage(ctx context.Context) (kafkago.Message, error)
-	CommitMessages(ctx context.Context, msgs ...kafkago.Message) error
-}
 
 // MessageHandler handles one record and returns its outcome.
 type MessageHandler interface {
@@ -36,6 +31,11 @@ type Options struct {
 	CommitInterval time.Duration
 	// DrainTimeout bounds the wait for in-flight events after Run's ctx ends.
 	DrainTimeout time.Duration
+	// RevokeTimeout bounds the wait, when a rebalance takes partitions away,
+	// for their in-flight events before the final commit of their
+	// generation (default 5s). The group's rebalance waits for it, so it
+	// must stay well under the rebalance timeout.
+	RevokeTimeout time.Duration
 	// OutageBackoffMin and Max bound the wait between retries of an event
 	// that met an outage (default 500ms, 15s).
 	OutageBackoffMin, OutageBackoffMax time.Duration
@@ -50,9 +50,21 @@ type Consumer struct {
 	m       *metrics.Metrics
 	log     *slog.Logger
 	opts    Options
-	track   *tracker
 	now     func() time.Time
+
+	inFlight atomic.Int64 // events fetched and not yet done with, for logs
 }
+
+// delivery is one fetched record on its way through the dispatcher, with
+// the state of the partition (in the generation that fetched it) that its
+// outcome is reported to.
+type delivery struct {
+	msg  kafkago.Message
+	part *partState
+	gen  *sync.WaitGroup // the generation's events in flight
+}
+
+func deliveryKey(d delivery) string { return orderingKey(d.msg) }
 
 // OrderConfirmedConsumer is the consumer of the main topic; the name is the
 // one the style guide uses. Retry tiers use the same type with a Tier.
@@ -70,6 +82,9 @@ func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metri
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 25 * time.Second
 	}
+	if o.RevokeTimeout <= 0 {
+		o.RevokeTimeout = 5 * time.Second
+	}
 	if o.OutageBackoffMin <= 0 {
 		o.OutageBackoffMin = 500 * time.Millisecond
 	}
@@ -77,81 +92,201 @@ func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metri
 		o.OutageBackoffMax = 15 * time.Second
 	}
 	return &Consumer{src: src, handler: h, router: r, pause: pause, m: m, log: log.With(slog.Int("tier", o.Tier)),
-		opts: o, track: newTracker(), now: time.Now}
+		opts: o, now: time.Now}
 }
 
 // Run consumes until ctx ends, then stops fetching, lets in-flight events
 // finish within DrainTimeout, commits what finished and returns nil. Events
 // not final by then stay uncommitted and come back to whoever owns their
-// partition next. It returns an error only when fetching fails for good.
+// partition next. It returns an error only when the group fails for good.
+//
+// Run takes one generation of the group at a time: it reads the partitions
+// that generation assigned, from their committed offsets, and commits only
+// those, only through that generation. When the generation ends (a
+// rebalance), fetching stops, in-flight events get RevokeTimeout to finish
+// and their final watermark is committed while the generation still holds
+// the partitions (as the Java client's onPartitionsRevoked does); whatever
+// finishes later is never committed for them.
 func (c *Consumer) Run(ctx context.Context) error {
 	// Work outlives ctx by up to DrainTimeout: shutdown is not a failure of
 	// the events in flight.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	d := newDispatcher(c.opts.MaxInFlight, func(msg kafkago.Message) { c.process(ctx, workCtx, msg) })
+	d := newDispatcher(c.opts.MaxInFlight, deliveryKey, func(dl delivery) { c.process(ctx, workCtx, dl) })
+	defer d.close()
 
-	commitDone := make(chan struct{})
-	stopCommits := make(chan struct{})
-	go func() {
-		defer close(commitDone)
-		c.commitLoop(stopCommits)
-	}()
-
-	fetchErr := c.fetchLoop(ctx, d)
-
-	// Drain.
-	select {
-	case <-d.idle():
-	case <-time.After(c.opts.DrainTimeout):
-		c.log.Warn("drain budget spent; events still in flight stay uncommitted",
-			slog.Int("in_flight", c.track.inFlight()))
-		cancelWork()
-	}
-	d.close()
-	close(stopCommits)
-	<-commitDone
-	return fetchErr
-}
-
-// fetchLoop fetches and dispatches until ctx ends or the source is closed.
-func (c *Consumer) fetchLoop(ctx context.Context, d *dispatcher) error {
 	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
 	failures := 0
-	for {
-		if !c.pause.Wait(ctx) || !d.acquire(ctx) {
-			return nil
-		}
-		msg, err := c.src.FetchMessage(ctx)
+	var runErr error
+	for ctx.Err() == nil {
+		gen, err := c.src.Next(ctx)
 		if err != nil {
-			<-d.slots
-			switch {
-			case ctx.Err() != nil:
-				return nil
-			case errors.Is(err, io.EOF), errors.Is(err, io.ErrClosedPipe):
-				return fmt.Errorf("fetch: reader closed: %w", err)
+			if ctx.Err() != nil {
+				break
 			}
-			c.log.Error("fetch failed, retrying", slog.String("error", err.Error()))
+			if errors.Is(err, kafkago.ErrGroupClosed) {
+				runErr = fmt.Errorf("consumer group: %w", err)
+				break
+			}
+			c.log.Error("join group failed, retrying", slog.String("error", err.Error()))
 			if bo.wait(ctx, failures) != nil {
-				return nil
+				break
 			}
 			failures++
 			continue
 		}
 		failures = 0
-		c.track.fetched(msg)
+		// Start binds the work to the generation: the group does not join
+		// the next one before it returns, so the generation can still
+		// commit after its ctx ended.
+		done := make(chan struct{})
+		gen.Start(func(genCtx context.Context) {
+			defer close(done)
+			c.runGeneration(ctx, genCtx, gen, d, cancelWork)
+		})
+		<-done
+	}
+	// Events of generations that ended earlier may still run; they commit
+	// nothing, but shutdown waits for them as for any other.
+	c.drain(d, cancelWork)
+	return runErr
+}
+
+// drain waits up to DrainTimeout for every dispatched event, then cancels
+// the work of those still running.
+func (c *Consumer) drain(d *dispatcher[delivery], cancelWork context.CancelFunc) {
+	t := time.NewTimer(c.opts.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-d.idle():
+	case <-t.C:
+		c.log.Warn("drain budget spent; events still in flight stay uncommitted",
+			slog.Int64("in_flight", c.inFlight.Load()))
+		cancelWork()
+	}
+}
+
+// runGeneration reads the partitions gen assigned until gen ends or stop
+// does, commits every CommitInterval through gen, and on the way out waits
+// for the generation's events (RevokeTimeout on a rebalance, DrainTimeout on
+// shutdown), makes the final commit through gen and revokes the partitions.
+func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Generation, d *dispatcher[delivery], cancelWork context.CancelFunc) {
+	fetchCtx, cancelFetch := context.WithCancel(genCtx)
+	defer cancelFetch()
+	defer context.AfterFunc(stop, cancelFetch)()
+
+	var parts []*partState
+	var inGen sync.WaitGroup
+	var fetchers sync.WaitGroup
+	for topic, assigned := range gen.Assignments {
+		for _, a := range assigned {
+			ps := newPartState(topic, a.ID, a.Offset)
+			parts = append(parts, ps)
+			r := c.src.OpenPartition(topic, a.ID, a.Offset)
+			fetchers.Add(1)
+			go func() {
+				defer fetchers.Done()
+				c.fetchLoop(fetchCtx, r, ps, &inGen, d)
+				if err := r.Close(); err != nil {
+					c.log.Warn("close partition reader", slog.String("topic", topic), slog.Int("partition", a.ID),
+						slog.String("error", err.Error()))
+				}
+			}()
+		}
+	}
+	c.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(parts)))
+
+	t := time.NewTicker(c.opts.CommitInterval)
+	for fetchCtx.Err() == nil {
+		select {
+		case <-t.C:
+			c.commit(gen, parts)
+		case <-fetchCtx.Done():
+		}
+	}
+	t.Stop()
+	fetchers.Wait()
+
+	if stop.Err() != nil {
+		c.drain(d, cancelWork)
+	} else {
+		idle := make(chan struct{})
+		go func() { inGen.Wait(); close(idle) }()
+		rt := time.NewTimer(c.opts.RevokeTimeout)
+		select {
+		case <-idle:
+		case <-rt.C:
+			c.log.Warn("partitions revoked with events in flight; they stay uncommitted here",
+				slog.Int("generation", int(gen.ID)), slog.Int64("in_flight", c.inFlight.Load()))
+		}
+		rt.Stop()
+	}
+	c.commit(gen, parts)
+	for _, ps := range parts {
+		ps.revoke()
+	}
+}
+
+// fetchLoop fetches one partition and dispatches its records until ctx
+// ends. A record is fetched before a slot is taken, so that a partition
+// with nothing to read never holds a slot that another partition needs.
+func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partState, inGen *sync.WaitGroup, d *dispatcher[delivery]) {
+	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	failures := 0
+	for {
+		if !c.pause.Wait(ctx) {
+			return
+		}
+		msg, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Error("fetch failed, retrying", slog.String("topic", ps.topic), slog.Int("partition", ps.partition),
+				slog.String("error", err.Error()))
+			if bo.wait(ctx, failures) != nil {
+				return
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		if !d.acquire(ctx) {
+			return
+		}
+		if !ps.fetched(msg.Offset) {
+			<-d.slots
+			return
+		}
+		inGen.Add(1)
+		c.inFlight.Add(1)
 		c.m.InFlight.Inc()
-		d.dispatch(msg)
+		d.dispatch(delivery{msg: msg, part: ps, gen: inGen})
 	}
 }
 
 // process takes one event to a final outcome, or leaves it not final when
-// shutdown interrupts it. stop ends waits that are not work (x-not-before,
-// outage backoff); work ends the work itself.
-func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
+// shutdown interrupts it. Waits that are not work (x-not-before, outage
+// backoff) end when the partition is revoked or shutdown begins; work ends
+// with work.
+func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
+	msg := dl.msg
 	start := c.now()
-	defer c.m.InFlight.Dec()
+	defer func() {
+		c.m.InFlight.Dec()
+		c.inFlight.Add(-1)
+		dl.gen.Done()
+	}()
+	stop, cancelStop := context.WithCancel(shutdown)
+	defer cancelStop()
+	go func() {
+		select {
+		case <-dl.part.gone:
+			cancelStop()
+		case <-stop.Done():
+		}
+	}()
 	// The event's logger is built only when something is logged: With
 	// formats its attributes at once, and the common path logs nothing
 	// above debug.
@@ -171,7 +306,7 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 		outcome, err := c.handler.Handle(work, msg)
 		if err == nil {
 			c.pause.Resume("billing")
-			c.final(msg, outcome, start)
+			c.final(dl, outcome, start)
 			if c.log.Enabled(work, slog.LevelDebug) {
 				log().Debug("event handled", slog.String("outcome", string(outcome)))
 			}
@@ -207,15 +342,15 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 			log().Info("event interrupted by shutdown while routing, left uncommitted", slog.String("error", rerr.Error()))
 			return
 		}
-		c.final(msg, outcome, start)
+		c.final(dl, outcome, start)
 		return
 	}
 }
 
-func (c *Consumer) final(msg kafkago.Message, outcome order.Outcome, start time.Time) {
+func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 	c.m.Events.WithLabelValues(string(outcome)).Inc()
 	c.m.HandleDuration.Observe(c.now().Sub(start).Seconds())
-	c.track.done(msg)
+	dl.part.done(dl.msg.Offset)
 }
 
 // waitNotBefore holds a retry record until its x-not-before. One delay per
@@ -245,38 +380,36 @@ func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message) bool
 	}
 }
 
-// commitLoop commits watermarks every CommitInterval, and once more when
-// stop is closed (after the drain).
-func (c *Consumer) commitLoop(stop <-chan struct{}) {
-	t := time.NewTicker(c.opts.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			c.commit()
-		case <-stop:
-			c.commit()
-			return
+// commit commits, through gen, the watermarks of gen's partitions that
+// moved. A failed commit (a rebalance in progress, a broker away) is logged
+// and tried again next time: the watermark only grows, and a lost commit
+// only means redelivery, which dedup absorbs. The coordinator connection's
+// timeout bounds the call.
+func (c *Consumer) commit(gen *kafkago.Generation, parts []*partState) {
+	offsets := map[string]map[int]int64{}
+	var moved []*partState
+	var marks []int64
+	for _, ps := range parts {
+		w, ok := ps.committable()
+		if !ok {
+			continue
 		}
+		if offsets[ps.topic] == nil {
+			offsets[ps.topic] = map[int]int64{}
+		}
+		offsets[ps.topic][ps.partition] = w
+		moved, marks = append(moved, ps), append(marks, w)
 	}
-}
-
-// commit commits what the tracker allows. A failed commit (a rebalance in
-// progress, a broker away) is logged and tried again next time: the
-// watermark only grows, and a lost commit only means redelivery, which
-// dedup absorbs.
-func (c *Consumer) commit() {
-	msgs := c.track.committable()
-	if len(msgs) == 0 {
+	if len(moved) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.src.CommitMessages(ctx, msgs...); err != nil {
+	if err := gen.CommitOffsets(offsets); err != nil {
 		c.m.Commits.WithLabelValues("error").Inc()
-		c.log.Warn("offset commit failed; will retry", slog.String("error", err.Error()))
+		c.log.Warn("offset commit failed; will retry", slog.Int("generation", int(gen.ID)), slog.String("error", err.Error()))
 		return
 	}
 	c.m.Commits.WithLabelValues("ok").Inc()
-	c.track.markCommitted(msgs)
+	for i, ps := range moved {
+		ps.markCommitted(marks[i])
+	}
 }

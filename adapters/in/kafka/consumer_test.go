@@ -83,7 +83,7 @@ func newRig(t *testing.T) *rig {
 // waits for Run to return.
 func (r *rig) run(t *testing.T, tier int, topic, group string, h MessageHandler, w Writer) func() {
 	t.Helper()
-	reader := kafkago.NewReader(kafkatest.FastReaderConfig(r.brokers, group, topic))
+	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, group, topic))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pause := NewPause(r.m.ConsumerPaused, log)
 	c := NewConsumer(reader, h, NewRouter(w, r.routes, r.m, pause, log), pause, r.m, log,
