@@ -314,6 +314,7 @@ func (a *App) Run(ctx context.Context) error {
 				MaxInFlight:      cfg.MaxInFlight,
 				CommitInterval:   a.tune.CommitInterval,
 				DrainTimeout:     cfg.ShutdownTimeout,
+				RevokeTimeout:    a.tune.Reader.RebalanceTimeout / 2, // 0: the default, under the default rebalance timeout
 				OutageBackoffMin: a.tune.OutageBackoff,
 			})})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -303,7 +304,7 @@ func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
 	}
 	bo := backoff{min: c.opts.OutageBackoffMin, max: c.opts.OutageBackoffMax}
 	for attempt := 0; ; attempt++ {
-		outcome, err := c.handler.Handle(work, msg)
+		outcome, err := c.handle(work, msg, log)
 		if err == nil {
 			c.pause.Resume("billing")
 			c.final(dl, outcome, start)
@@ -345,6 +346,21 @@ func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
 		c.final(dl, outcome, start)
 		return
 	}
+}
+
+// handle runs the handler; a panic becomes the record's permanent error
+// (dead-lettered with the panic in x-error), logged once with its stack, so
+// one bad record cannot crash every pod that reads it in turn.
+func (c *Consumer) handle(ctx context.Context, msg kafkago.Message, log func() *slog.Logger) (outcome order.Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.m.HandlerPanics.Inc()
+			err = &order.PermanentError{Op: "handle record", Err: fmt.Errorf("panic: %v", p)}
+			log().Error("panic while handling a record; it goes to the dead-letter topic",
+				slog.String("error", truncateUTF8(oneLine(err.Error()), 1024)), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	return c.handler.Handle(ctx, msg)
 }
 
 func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
