@@ -311,6 +311,7 @@ func (a *App) Run(ctx context.Context) error {
 		consumers = append(consumers, consumer{src, kafkain.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
 			kafkain.Options{
 				Tier:             tier,
+				RetryDelay:       tierDelay(routes.RetryDelays, tier),
 				MaxInFlight:      cfg.MaxInFlight,
 				CommitInterval:   a.tune.CommitInterval,
 				DrainTimeout:     cfg.ShutdownTimeout,
@@ -447,6 +448,14 @@ func (a *App) updateLag(ctx context.Context) {
 			a.Metrics.ConsumerLag.WithLabelValues(topic, strconv.Itoa(p)).Set(float64(v))
 		}
 	}
+}
+
+// tierDelay is tier's delay (0 for the main topic).
+func tierDelay(delays []time.Duration, tier int) time.Duration {
+	if tier < 1 || len(delays) == 0 {
+		return 0
+	}
+	return delays[min(tier, len(delays))-1]
 }
 
 // FastReader returns reader settings for an in-process broker: short waits

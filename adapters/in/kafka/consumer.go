@@ -26,6 +26,10 @@ type Options struct {
 	// Tier is 0 for the main topic, N for retry tier N: a tier waits for each
 	// record's x-not-before and routes its failures to tier N+1.
 	Tier int
+	// RetryDelay is the tier's delay (Tier > 0): the longest a record waits
+	// for its x-not-before, counted from when it was fetched, so a forged or
+	// unreadable value cannot hold a slot and its partition's commits.
+	RetryDelay time.Duration
 	// MaxInFlight bounds the events handled at once (1: sequential).
 	MaxInFlight int
 	// CommitInterval coalesces commits (default 200ms).
@@ -60,9 +64,10 @@ type Consumer struct {
 // the state of the partition (in the generation that fetched it) that its
 // outcome is reported to.
 type delivery struct {
-	msg  kafkago.Message
-	part *partState
-	gen  *sync.WaitGroup // the generation's events in flight
+	msg     kafkago.Message
+	fetched time.Time
+	part    *partState
+	gen     *sync.WaitGroup // the generation's events in flight
 }
 
 func deliveryKey(d delivery) string { return orderingKey(d.msg) }
@@ -263,7 +268,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 		inGen.Add(1)
 		c.inFlight.Add(1)
 		c.m.InFlight.Inc()
-		d.dispatch(delivery{msg: msg, part: ps, gen: inGen})
+		d.dispatch(delivery{msg: msg, fetched: c.now(), part: ps, gen: inGen})
 	}
 }
 
@@ -299,7 +304,7 @@ func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
 		return l
 	}
 
-	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg) {
+	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg, dl.fetched) {
 		return
 	}
 	bo := backoff{min: c.opts.OutageBackoffMin, max: c.opts.OutageBackoffMax}
@@ -369,20 +374,23 @@ func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 	dl.part.done(dl.msg.Offset)
 }
 
-// waitNotBefore holds a retry record until its x-not-before. One delay per
-// tier keeps each tier in time order, so waiting here blocks nothing that
-// could go earlier.
-func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message) bool {
+// waitNotBefore holds a retry record until its x-not-before, but no longer
+// than the tier's delay from when it was fetched: a later or unreadable value
+// is clamped to that (CONTRACT §5). One delay per tier keeps each tier in
+// time order, so waiting here blocks nothing that could go earlier.
+func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message, fetched time.Time) bool {
 	v, ok := Header(msg, HeaderNotBefore)
 	if !ok {
 		return true
 	}
-	nb, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		c.log.Warn("unreadable x-not-before, handling now", slog.String("value", v))
-		return true
+	until := fetched.Add(c.opts.RetryDelay)
+	if nb, err := time.Parse(time.RFC3339Nano, v); err != nil {
+		c.log.Warn("unreadable x-not-before, waiting the tier's delay", slog.Int("partition", msg.Partition),
+			slog.Int64("offset", msg.Offset), slog.Int("value_bytes", len(v)))
+	} else if nb.Before(until) {
+		until = nb
 	}
-	wait := nb.Sub(c.now())
+	wait := until.Sub(c.now())
 	if wait <= 0 {
 		return true
 	}
