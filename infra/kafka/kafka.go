@@ -153,9 +153,8 @@ func (c *Conn) ReaderConfig(topic, group string, o ReaderOptions) kafkago.Reader
 		MaxAttempts:       3,
 		IsolationLevel:    kafkago.ReadCommitted,
 	}
-	if cfg.QueueCapacity == 0 {
-		cfg.QueueCapacity = 100
-	}
+	// QueueCapacity 0 leaves the partition readers' prefetch to
+	// adapters/in/kafka.NewGroupSource, which keeps it small.
 	return cfg
 }
 

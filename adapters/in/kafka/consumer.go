@@ -32,6 +32,10 @@ type Options struct {
 	RetryDelay time.Duration
 	// MaxInFlight bounds the events handled at once (1: sequential).
 	MaxInFlight int
+	// MaxInFlightBytes bounds the bytes of the records held between fetch
+	// and final outcome (default 8 MiB); a record larger than it goes
+	// through alone.
+	MaxInFlightBytes int64
 	// CommitInterval coalesces commits (default 200ms).
 	CommitInterval time.Duration
 	// DrainTimeout bounds the wait for in-flight events after Run's ctx ends.
@@ -58,6 +62,7 @@ type Consumer struct {
 	now     func() time.Time
 
 	inFlight atomic.Int64 // events fetched and not yet done with, for logs
+	budget   *byteBudget
 }
 
 // delivery is one fetched record on its way through the dispatcher, with
@@ -88,6 +93,9 @@ func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metri
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 25 * time.Second
 	}
+	if o.MaxInFlightBytes <= 0 {
+		o.MaxInFlightBytes = 8 << 20
+	}
 	if o.RevokeTimeout <= 0 {
 		o.RevokeTimeout = 5 * time.Second
 	}
@@ -98,7 +106,7 @@ func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metri
 		o.OutageBackoffMax = 15 * time.Second
 	}
 	return &Consumer{src: src, handler: h, router: r, pause: pause, m: m, log: log.With(slog.Int("tier", o.Tier)),
-		opts: o, now: time.Now}
+		opts: o, now: time.Now, budget: newByteBudget(o.MaxInFlightBytes)}
 }
 
 // Run consumes until ctx ends, then stops fetching, lets in-flight events
@@ -258,11 +266,17 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 			continue
 		}
 		failures = 0
+		size := recordBytes(msg)
+		if !c.budget.acquire(ctx, size) {
+			return
+		}
 		if !d.acquire(ctx) {
+			c.budget.release(size)
 			return
 		}
 		if !ps.fetched(msg.Offset) {
 			<-d.slots
+			c.budget.release(size)
 			return
 		}
 		inGen.Add(1)
@@ -282,6 +296,7 @@ func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
 	defer func() {
 		c.m.InFlight.Dec()
 		c.inFlight.Add(-1)
+		c.budget.release(recordBytes(msg))
 		dl.gen.Done()
 	}()
 	stop, cancelStop := context.WithCancel(shutdown)

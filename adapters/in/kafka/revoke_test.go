@@ -262,7 +262,7 @@ func TestRevokedPartitionIsNotCommittedReal(t *testing.T) {
 }
 
 // newTestSource joins cfg's group; the source is closed by the caller.
-func newTestSource(t *testing.T, cfg kafkago.ReaderConfig) *GroupSource {
+func newTestSource(t testing.TB, cfg kafkago.ReaderConfig) *GroupSource {
 	t.Helper()
 	src, err := NewGroupSource(cfg)
 	if err != nil {

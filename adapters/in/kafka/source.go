@@ -71,6 +71,10 @@ func NewGroupSource(cfg kafkago.ReaderConfig) (*GroupSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", cfg.GroupID, err)
 	}
+	queue := cfg.QueueCapacity
+	if queue <= 0 {
+		queue = defaultPartitionQueue
+	}
 	fetch := kafkago.ReaderConfig{
 		Brokers:        cfg.Brokers,
 		Dialer:         cfg.Dialer,
@@ -79,7 +83,7 @@ func NewGroupSource(cfg kafkago.ReaderConfig) (*GroupSource, error) {
 		MaxWait:        cfg.MaxWait,
 		ReadBackoffMin: cfg.ReadBackoffMin,
 		ReadBackoffMax: cfg.ReadBackoffMax,
-		QueueCapacity:  cfg.QueueCapacity,
+		QueueCapacity:  queue,
 		MaxAttempts:    cfg.MaxAttempts,
 		IsolationLevel: kafkago.ReadCommitted,
 		Logger:         cfg.Logger,
@@ -87,6 +91,15 @@ func NewGroupSource(cfg kafkago.ReaderConfig) (*GroupSource, error) {
 	}
 	return &GroupSource{group: g, fetch: fetch}, nil
 }
+
+// defaultPartitionQueue is how many records a partition reader decodes
+// ahead of the consumer. Each assigned partition has its own reader, and
+// with 1 MB records kafka-go's default of 100 let a process prefetch hundreds
+// of megabytes; the consumer's byte budget (MaxInFlightBytes) bounds what it
+// takes beyond that. A deeper queue buys nothing: when handling is the
+// bottleneck the queue is full whatever its size, and when fetching is, it
+// is empty.
+const defaultPartitionQueue = 1
 
 // Next waits for this member's next generation.
 func (s *GroupSource) Next(ctx context.Context) (*kafkago.Generation, error) {
