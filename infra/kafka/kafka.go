@@ -134,11 +134,13 @@ type ReaderOptions struct {
 	QueueCapacity     int
 }
 
-// NewReader returns a consumer-group reader of topic with manual commits
-// (CommitInterval 0: CommitMessages is synchronous, R-KFK-CONS-2). A group
-// that has no committed offset starts at the oldest record, so nothing
-// published before the first deployment is skipped.
-func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
+// ReaderConfig returns the configuration of a consumer group of topic and
+// of the readers of its partitions (adapters/in/kafka.NewGroupSource takes
+// both from it). Offsets are committed by the consumer through the group's
+// generation, never by a reader. A group that has no committed offset starts
+// at the oldest record, so nothing published before the first deployment is
+// skipped. Records of aborted transactions are not read (read_committed).
+func (c *Conn) ReaderConfig(topic, group string, o ReaderOptions) kafkago.ReaderConfig {
 	cfg := kafkago.ReaderConfig{
 		Brokers:           c.brokers,
 		GroupID:           group,
@@ -162,10 +164,9 @@ func (c *Conn) NewReader(topic, group string, o ReaderOptions) *kafkago.Reader {
 		// patched kafka-go under third_party/kafka-go.
 		IsolationLevel: kafkago.ReadCommitted,
 	}
-	if cfg.QueueCapacity == 0 {
-		cfg.QueueCapacity = 100
-	}
-	return kafkago.NewReader(cfg)
+	// QueueCapacity 0 leaves the partition readers' prefetch to
+	// adapters/in/kafka.NewGroupSource, which keeps it small.
+	return cfg
 }
 
 // Writer is the producer of routed records (retry tiers, DLQ, replay).

@@ -416,7 +416,10 @@ func (a *App) kafkaFatal(err error) error {
 // ctx ends or one fails, which stops the others; each drains and makes its
 // final commit before the readers and the writer close.
 func (a *App) consume(ctx context.Context) error {
-	consumers, closeAll := a.newConsumers(ctx)
+	consumers, closeAll, err := a.newConsumers(ctx)
+	if err != nil {
+		return err
+	}
 	defer closeAll()
 	a.log.Info("billing started", slog.String("topic", a.cfg.KafkaTopic), slog.String("group", a.cfg.KafkaGroupID),
 		slog.Int("max_in_flight", a.cfg.MaxInFlight), slog.String("http", a.ln.Addr().String()))
@@ -431,7 +434,7 @@ func (a *App) consume(ctx context.Context) error {
 // function that closes their readers and the routing writer. Readers are
 // built here rather than in New: a group reader joins its group at once,
 // and a process that is still waiting for Postgres must not hold partitions.
-func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func()) {
+func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func(), error) {
 	cfg := a.cfg
 	writer, closeWriter := a.kc.NewWriter()
 	routes := kafkain.Routes{Group: cfg.KafkaGroupID, RetryDelays: cfg.RetryDelaysDurations(), DLQTopic: cfg.KafkaDLQTopic}
@@ -444,30 +447,37 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func()) {
 
 	var (
 		consumers []*kafkain.Consumer
-		readers   []*kafkago.Reader
+		sources   []*kafkain.GroupSource
 	)
-	for _, src := range a.sources(ctx) {
-		r := a.kc.NewReader(src.topic, src.group, a.tune.Reader)
-		readers = append(readers, r)
-		consumers = append(consumers, kafkain.NewConsumer(r, handler, router, a.pause, a.Metrics, a.log,
-			kafkain.Options{
-				Tier:             src.tier,
-				MaxInFlight:      cfg.MaxInFlight,
-				CommitInterval:   a.tune.CommitInterval,
-				DrainTimeout:     cfg.ShutdownTimeout,
-				OutageBackoffMin: a.tune.OutageBackoff,
-			}))
-	}
-	return consumers, func() {
-		for _, r := range readers {
-			if err := r.Close(); err != nil {
-				a.log.Warn("close reader", slog.String("error", err.Error()))
+	closeAll := func() {
+		for _, src := range sources {
+			if err := src.Close(); err != nil {
+				a.log.Warn("close consumer group", slog.String("error", err.Error()))
 			}
 		}
 		if err := closeWriter(); err != nil {
 			a.log.Warn("close writer", slog.String("error", err.Error()))
 		}
 	}
+	for _, s := range a.sources(ctx) {
+		src, err := kafkain.NewGroupSource(a.kc.ReaderConfig(s.topic, s.group, a.tune.Reader))
+		if err != nil { // only a configuration NewGroupSource rejects
+			closeAll()
+			return nil, nil, fmt.Errorf("consume %s: %w", s.topic, err)
+		}
+		sources = append(sources, src)
+		consumers = append(consumers, kafkain.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
+			kafkain.Options{
+				Tier:             s.tier,
+				RetryDelay:       tierDelay(routes.RetryDelays, s.tier),
+				MaxInFlight:      cfg.MaxInFlight,
+				CommitInterval:   a.tune.CommitInterval,
+				DrainTimeout:     cfg.ShutdownTimeout,
+				RevokeTimeout:    a.tune.Reader.RebalanceTimeout / 2, // 0: the default, under the default rebalance timeout
+				OutageBackoffMin: a.tune.OutageBackoff,
+			}))
+	}
+	return consumers, closeAll, nil
 }
 
 // ensureTopics creates the retry tiers and the DLQ with as many partitions
@@ -530,6 +540,14 @@ func (a *App) updateLag(ctx context.Context) {
 			a.Metrics.ConsumerLag.WithLabelValues(topic, strconv.Itoa(p)).Set(float64(v))
 		}
 	}
+}
+
+// tierDelay is tier's delay (0 for the main topic).
+func tierDelay(delays []time.Duration, tier int) time.Duration {
+	if tier < 1 || len(delays) == 0 {
+		return 0
+	}
+	return delays[min(tier, len(delays))-1]
 }
 
 // FastReader returns reader settings for an in-process broker: short waits

@@ -21,6 +21,7 @@ type Metrics struct {
 	ConsumerPaused   prometheus.Gauge       //
 	RoutedWrites     *prometheus.CounterVec // topic, result
 	Commits          *prometheus.CounterVec // result
+	HandlerPanics    prometheus.Counter     //
 	MaintenanceRuns  *prometheus.CounterVec // result
 	MaintenanceLast  prometheus.Gauge       //
 	DBPool           *PoolCollector         // billing_db_pool_*, once Watch is called
@@ -84,6 +85,10 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Name: "billing_offset_commits_total",
 			Help: "Offset commits to Kafka by result (ok, error).",
 		}, []string{"result"}),
+		HandlerPanics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "billing_handler_panics_total",
+			Help: "Records whose handling panicked; each was dead-lettered as a permanent error.",
+		}),
 		MaintenanceRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billing_dedup_maintenance_runs_total",
 			Help: "Dedup maintenance passes by result (ok, error, skipped: another process holds the lock).",
@@ -106,7 +111,7 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
 		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool,
-		m.InvoicesPending, m.PendingOldest)
+		m.InvoicesPending, m.PendingOldest, m.HandlerPanics)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

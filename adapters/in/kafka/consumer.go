@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -13,12 +15,6 @@ import (
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/metrics"
 )
-
-// Source is a consumer-group reader: *kafka.Reader with CommitInterval 0.
-type Source interface {
-	FetchMessage(ctx context.Context) (kafkago.Message, error)
-	CommitMessages(ctx context.Context, msgs ...kafkago.Message) error
-}
 
 // MessageHandler handles one record and returns its outcome.
 type MessageHandler interface {
@@ -30,12 +26,25 @@ type Options struct {
 	// Tier is 0 for the main topic, N for retry tier N: a tier waits for each
 	// record's x-not-before and routes its failures to tier N+1.
 	Tier int
+	// RetryDelay is the tier's delay (Tier > 0): the longest a record waits
+	// for its x-not-before, counted from when it was fetched, so a forged or
+	// unreadable value cannot hold a slot and its partition's commits.
+	RetryDelay time.Duration
 	// MaxInFlight bounds the events handled at once (1: sequential).
 	MaxInFlight int
+	// MaxInFlightBytes bounds the bytes of the records held between fetch
+	// and final outcome (default 8 MiB); a record larger than it goes
+	// through alone.
+	MaxInFlightBytes int64
 	// CommitInterval coalesces commits (default 200ms).
 	CommitInterval time.Duration
 	// DrainTimeout bounds the wait for in-flight events after Run's ctx ends.
 	DrainTimeout time.Duration
+	// RevokeTimeout bounds the wait, when a rebalance takes partitions away,
+	// for their in-flight events before the final commit of their
+	// generation (default 5s). The group's rebalance waits for it, so it
+	// must stay well under the rebalance timeout.
+	RevokeTimeout time.Duration
 	// OutageBackoffMin and Max bound the wait between retries of an event
 	// that met an outage (default 500ms, 15s).
 	OutageBackoffMin, OutageBackoffMax time.Duration
@@ -50,9 +59,23 @@ type Consumer struct {
 	m       *metrics.Metrics
 	log     *slog.Logger
 	opts    Options
-	track   *tracker
 	now     func() time.Time
+
+	inFlight atomic.Int64 // events fetched and not yet done with, for logs
+	budget   *byteBudget
 }
+
+// delivery is one fetched record on its way through the dispatcher, with
+// the state of the partition (in the generation that fetched it) that its
+// outcome is reported to.
+type delivery struct {
+	msg     kafkago.Message
+	fetched time.Time
+	part    *partState
+	gen     *sync.WaitGroup // the generation's events in flight
+}
+
+func deliveryKey(d delivery) string { return orderingKey(d.msg) }
 
 // OrderConfirmedConsumer is the consumer of the main topic; the name is the
 // one the style guide uses. Retry tiers use the same type with a Tier.
@@ -70,6 +93,12 @@ func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metri
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = 25 * time.Second
 	}
+	if o.MaxInFlightBytes <= 0 {
+		o.MaxInFlightBytes = 8 << 20
+	}
+	if o.RevokeTimeout <= 0 {
+		o.RevokeTimeout = 5 * time.Second
+	}
 	if o.OutageBackoffMin <= 0 {
 		o.OutageBackoffMin = 500 * time.Millisecond
 	}
@@ -77,81 +106,208 @@ func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metri
 		o.OutageBackoffMax = 15 * time.Second
 	}
 	return &Consumer{src: src, handler: h, router: r, pause: pause, m: m, log: log.With(slog.Int("tier", o.Tier)),
-		opts: o, track: newTracker(), now: time.Now}
+		opts: o, now: time.Now, budget: newByteBudget(o.MaxInFlightBytes)}
 }
 
 // Run consumes until ctx ends, then stops fetching, lets in-flight events
 // finish within DrainTimeout, commits what finished and returns nil. Events
 // not final by then stay uncommitted and come back to whoever owns their
-// partition next. It returns an error only when fetching fails for good.
+// partition next. It returns an error only when the group fails for good.
+//
+// Run takes one generation of the group at a time: it reads the partitions
+// that generation assigned, from their committed offsets, and commits only
+// those, only through that generation. When the generation ends (a
+// rebalance), fetching stops, in-flight events get RevokeTimeout to finish
+// and their final watermark is committed while the generation still holds
+// the partitions (as the Java client's onPartitionsRevoked does); whatever
+// finishes later is never committed for them.
 func (c *Consumer) Run(ctx context.Context) error {
 	// Work outlives ctx by up to DrainTimeout: shutdown is not a failure of
 	// the events in flight.
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	d := newDispatcher(c.opts.MaxInFlight, func(msg kafkago.Message) { c.process(ctx, workCtx, msg) })
+	d := newDispatcher(c.opts.MaxInFlight, deliveryKey, func(dl delivery) { c.process(ctx, workCtx, dl) })
+	defer d.close()
 
-	commitDone := make(chan struct{})
-	stopCommits := make(chan struct{})
-	go func() {
-		defer close(commitDone)
-		c.commitLoop(stopCommits)
-	}()
-
-	fetchErr := c.fetchLoop(ctx, d)
-
-	// Drain.
-	select {
-	case <-d.idle():
-	case <-time.After(c.opts.DrainTimeout):
-		c.log.Warn("drain budget spent; events still in flight stay uncommitted",
-			slog.Int("in_flight", c.track.inFlight()))
-		cancelWork()
-	}
-	d.close()
-	close(stopCommits)
-	<-commitDone
-	return fetchErr
-}
-
-// fetchLoop fetches and dispatches until ctx ends or the source is closed.
-func (c *Consumer) fetchLoop(ctx context.Context, d *dispatcher) error {
 	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
 	failures := 0
-	for {
-		if !c.pause.Wait(ctx) || !d.acquire(ctx) {
-			return nil
-		}
-		msg, err := c.src.FetchMessage(ctx)
+	var runErr error
+	for ctx.Err() == nil {
+		gen, err := c.src.Next(ctx)
 		if err != nil {
-			<-d.slots
-			switch {
-			case ctx.Err() != nil:
-				return nil
-			case errors.Is(err, io.EOF), errors.Is(err, io.ErrClosedPipe):
-				return fmt.Errorf("fetch: reader closed: %w", err)
+			if ctx.Err() != nil {
+				break
 			}
-			c.log.Error("fetch failed, retrying", slog.String("error", err.Error()))
+			if errors.Is(err, kafkago.ErrGroupClosed) {
+				runErr = fmt.Errorf("consumer group: %w", err)
+				break
+			}
+			c.log.Error("join group failed, retrying", slog.String("error", err.Error()))
 			if bo.wait(ctx, failures) != nil {
-				return nil
+				break
 			}
 			failures++
 			continue
 		}
 		failures = 0
-		c.track.fetched(msg)
+		// Start binds the work to the generation: the group does not join
+		// the next one before it returns, so the generation can still
+		// commit after its ctx ended.
+		done := make(chan struct{})
+		gen.Start(func(genCtx context.Context) {
+			defer close(done)
+			c.runGeneration(ctx, genCtx, gen, d, cancelWork)
+		})
+		<-done
+	}
+	// Events of generations that ended earlier may still run; they commit
+	// nothing, but shutdown waits for them as for any other.
+	c.drain(d, cancelWork)
+	return runErr
+}
+
+// drain waits up to DrainTimeout for every dispatched event, then cancels
+// the work of those still running.
+func (c *Consumer) drain(d *dispatcher[delivery], cancelWork context.CancelFunc) {
+	t := time.NewTimer(c.opts.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-d.idle():
+	case <-t.C:
+		c.log.Warn("drain budget spent; events still in flight stay uncommitted",
+			slog.Int64("in_flight", c.inFlight.Load()))
+		cancelWork()
+	}
+}
+
+// runGeneration reads the partitions gen assigned until gen ends or stop
+// does, commits every CommitInterval through gen, and on the way out waits
+// for the generation's events (RevokeTimeout on a rebalance, DrainTimeout on
+// shutdown), makes the final commit through gen and revokes the partitions.
+func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Generation, d *dispatcher[delivery], cancelWork context.CancelFunc) {
+	fetchCtx, cancelFetch := context.WithCancel(genCtx)
+	defer cancelFetch()
+	defer context.AfterFunc(stop, cancelFetch)()
+
+	var parts []*partState
+	var inGen sync.WaitGroup
+	var fetchers sync.WaitGroup
+	for topic, assigned := range gen.Assignments {
+		for _, a := range assigned {
+			ps := newPartState(topic, a.ID, a.Offset)
+			parts = append(parts, ps)
+			r := c.src.OpenPartition(topic, a.ID, a.Offset)
+			fetchers.Add(1)
+			go func() {
+				defer fetchers.Done()
+				c.fetchLoop(fetchCtx, r, ps, &inGen, d)
+				if err := r.Close(); err != nil {
+					c.log.Warn("close partition reader", slog.String("topic", topic), slog.Int("partition", a.ID),
+						slog.String("error", err.Error()))
+				}
+			}()
+		}
+	}
+	c.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(parts)))
+
+	t := time.NewTicker(c.opts.CommitInterval)
+	for fetchCtx.Err() == nil {
+		select {
+		case <-t.C:
+			c.commit(gen, parts)
+		case <-fetchCtx.Done():
+		}
+	}
+	t.Stop()
+	fetchers.Wait()
+
+	if stop.Err() != nil {
+		c.drain(d, cancelWork)
+	} else {
+		idle := make(chan struct{})
+		go func() { inGen.Wait(); close(idle) }()
+		rt := time.NewTimer(c.opts.RevokeTimeout)
+		select {
+		case <-idle:
+		case <-rt.C:
+			c.log.Warn("partitions revoked with events in flight; they stay uncommitted here",
+				slog.Int("generation", int(gen.ID)), slog.Int64("in_flight", c.inFlight.Load()))
+		}
+		rt.Stop()
+	}
+	c.commit(gen, parts)
+	for _, ps := range parts {
+		ps.revoke()
+	}
+}
+
+// fetchLoop fetches one partition and dispatches its records until ctx
+// ends. A record is fetched before a slot is taken, so that a partition
+// with nothing to read never holds a slot that another partition needs.
+func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partState, inGen *sync.WaitGroup, d *dispatcher[delivery]) {
+	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	failures := 0
+	for {
+		if !c.pause.Wait(ctx) {
+			return
+		}
+		msg, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Error("fetch failed, retrying", slog.String("topic", ps.topic), slog.Int("partition", ps.partition),
+				slog.String("error", err.Error()))
+			if bo.wait(ctx, failures) != nil {
+				return
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		size := recordBytes(msg)
+		if !c.budget.acquire(ctx, size) {
+			return
+		}
+		if !d.acquire(ctx) {
+			c.budget.release(size)
+			return
+		}
+		if !ps.fetched(msg.Offset) {
+			<-d.slots
+			c.budget.release(size)
+			return
+		}
+		inGen.Add(1)
+		c.inFlight.Add(1)
 		c.m.InFlight.Inc()
-		d.dispatch(msg)
+		d.dispatch(delivery{msg: msg, fetched: c.now(), part: ps, gen: inGen})
 	}
 }
 
 // process takes one event to a final outcome, or leaves it not final when
-// shutdown interrupts it. stop ends waits that are not work (x-not-before,
-// outage backoff); work ends the work itself.
-func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
+// shutdown interrupts it. Waits that are not work (x-not-before, outage
+// backoff) end when the partition is revoked or shutdown begins; work ends
+// with work.
+func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
+	msg := dl.msg
 	start := c.now()
-	defer c.m.InFlight.Dec()
+	defer func() {
+		c.m.InFlight.Dec()
+		c.inFlight.Add(-1)
+		c.budget.release(recordBytes(msg))
+		dl.gen.Done()
+	}()
+	stop, cancelStop := context.WithCancel(shutdown)
+	defer cancelStop()
+	go func() {
+		select {
+		case <-dl.part.gone:
+			cancelStop()
+		case <-stop.Done():
+		}
+	}()
 	// The event's logger is built only when something is logged: With
 	// formats its attributes at once, and the common path logs nothing
 	// above debug.
@@ -163,16 +319,16 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 		return l
 	}
 
-	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg) {
+	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg, dl.fetched) {
 		return
 	}
 	bo := backoff{min: c.opts.OutageBackoffMin, max: c.opts.OutageBackoffMax}
 	var heldFor order.Dependency // the outage this event last met; its retry is a probe of it
 	for attempt := 0; ; attempt++ {
-		outcome, err := c.handler.Handle(work, msg)
+		outcome, err := c.handle(work, msg, log)
 		if err == nil {
 			c.resumeHeld(heldFor)
-			c.final(msg, outcome, start)
+			c.final(dl, outcome, start)
 			if c.log.Enabled(work, slog.LevelDebug) {
 				log().Debug("event handled", slog.String("outcome", string(outcome)))
 			}
@@ -208,7 +364,7 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 			log().Info("event interrupted by shutdown while routing, left uncommitted", slog.String("error", rerr.Error()))
 			return
 		}
-		c.final(msg, outcome, start)
+		c.final(dl, outcome, start)
 		return
 	}
 }
@@ -221,26 +377,44 @@ func (c *Consumer) resumeHeld(dep order.Dependency) {
 	}
 }
 
-func (c *Consumer) final(msg kafkago.Message, outcome order.Outcome, start time.Time) {
-	c.m.Events.WithLabelValues(string(outcome)).Inc()
-	c.m.HandleDuration.Observe(c.now().Sub(start).Seconds())
-	c.track.done(msg)
+// handle runs the handler; a panic becomes the record's permanent error
+// (dead-lettered with the panic in x-error), logged once with its stack, so
+// one bad record cannot crash every pod that reads it in turn.
+func (c *Consumer) handle(ctx context.Context, msg kafkago.Message, log func() *slog.Logger) (outcome order.Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.m.HandlerPanics.Inc()
+			err = &order.PermanentError{Op: "handle record", Err: fmt.Errorf("panic: %v", p)}
+			log().Error("panic while handling a record; it goes to the dead-letter topic",
+				slog.String("error", truncateUTF8(oneLine(err.Error()), 1024)), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	return c.handler.Handle(ctx, msg)
 }
 
-// waitNotBefore holds a retry record until its x-not-before. One delay per
-// tier keeps each tier in time order, so waiting here blocks nothing that
-// could go earlier.
-func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message) bool {
+func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
+	c.m.Events.WithLabelValues(string(outcome)).Inc()
+	c.m.HandleDuration.Observe(c.now().Sub(start).Seconds())
+	dl.part.done(dl.msg.Offset)
+}
+
+// waitNotBefore holds a retry record until its x-not-before, but no longer
+// than the tier's delay from when it was fetched: a later or unreadable value
+// is clamped to that (CONTRACT §5). One delay per tier keeps each tier in
+// time order, so waiting here blocks nothing that could go earlier.
+func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message, fetched time.Time) bool {
 	v, ok := Header(msg, HeaderNotBefore)
 	if !ok {
 		return true
 	}
-	nb, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		c.log.Warn("unreadable x-not-before, handling now", HeaderValueAttr("value", v))
-		return true
+	until := fetched.Add(c.opts.RetryDelay)
+	if nb, err := time.Parse(time.RFC3339Nano, v); err != nil {
+		c.log.Warn("unreadable x-not-before, waiting the tier's delay", slog.Int("partition", msg.Partition),
+			slog.Int64("offset", msg.Offset), HeaderValueAttr("value", v))
+	} else if nb.Before(until) {
+		until = nb
 	}
-	wait := nb.Sub(c.now())
+	wait := until.Sub(c.now())
 	if wait <= 0 {
 		return true
 	}
@@ -254,38 +428,36 @@ func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message) bool
 	}
 }
 
-// commitLoop commits watermarks every CommitInterval, and once more when
-// stop is closed (after the drain).
-func (c *Consumer) commitLoop(stop <-chan struct{}) {
-	t := time.NewTicker(c.opts.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			c.commit()
-		case <-stop:
-			c.commit()
-			return
+// commit commits, through gen, the watermarks of gen's partitions that
+// moved. A failed commit (a rebalance in progress, a broker away) is logged
+// and tried again next time: the watermark only grows, and a lost commit
+// only means redelivery, which dedup absorbs. The coordinator connection's
+// timeout bounds the call.
+func (c *Consumer) commit(gen *kafkago.Generation, parts []*partState) {
+	offsets := map[string]map[int]int64{}
+	var moved []*partState
+	var marks []int64
+	for _, ps := range parts {
+		w, ok := ps.committable()
+		if !ok {
+			continue
 		}
+		if offsets[ps.topic] == nil {
+			offsets[ps.topic] = map[int]int64{}
+		}
+		offsets[ps.topic][ps.partition] = w
+		moved, marks = append(moved, ps), append(marks, w)
 	}
-}
-
-// commit commits what the tracker allows. A failed commit (a rebalance in
-// progress, a broker away) is logged and tried again next time: the
-// watermark only grows, and a lost commit only means redelivery, which
-// dedup absorbs.
-func (c *Consumer) commit() {
-	msgs := c.track.committable()
-	if len(msgs) == 0 {
+	if len(moved) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.src.CommitMessages(ctx, msgs...); err != nil {
+	if err := gen.CommitOffsets(offsets); err != nil {
 		c.m.Commits.WithLabelValues("error").Inc()
-		c.log.Warn("offset commit failed; will retry", slog.String("error", err.Error()))
+		c.log.Warn("offset commit failed; will retry", slog.Int("generation", int(gen.ID)), slog.String("error", err.Error()))
 		return
 	}
 	c.m.Commits.WithLabelValues("ok").Inc()
-	c.track.markCommitted(msgs)
+	for i, ps := range moved {
+		ps.markCommitted(marks[i])
+	}
 }

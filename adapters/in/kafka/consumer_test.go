@@ -83,11 +83,11 @@ func newRig(t *testing.T) *rig {
 // waits for Run to return.
 func (r *rig) run(t *testing.T, tier int, topic, group string, h MessageHandler, w Writer) func() {
 	t.Helper()
-	reader := kafkago.NewReader(kafkatest.FastReaderConfig(r.brokers, group, topic))
+	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, group, topic))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pause := NewPause(r.m.ConsumerPaused, log)
 	c := NewConsumer(reader, h, NewRouter(w, r.routes, r.m, pause, log), pause, r.m, log,
-		Options{Tier: tier, MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
+		Options{Tier: tier, RetryDelay: r.routes.RetryDelays[max(tier, 1)-1], MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
 			OutageBackoffMin: 10 * time.Millisecond, OutageBackoffMax: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -18,29 +18,34 @@ import (
 // CPU growing fresh stacks (runtime.copystack in a 0 ms `make bench`
 // profile). Workers are started as busy keys need them, so there are never
 // more than max of them, and they end at close.
-type dispatcher struct {
+//
+// T is what is dispatched (the consumer's delivery: a record and the
+// partition state it belongs to); key gives its ordering key.
+type dispatcher[T any] struct {
 	slots chan struct{}
-	jobs  chan job // keys that became busy, for an idle worker
-	run   func(kafkago.Message)
+	jobs  chan job[T] // keys that became busy, for an idle worker
+	key   func(T) string
+	run   func(T)
 
 	mu      sync.Mutex
-	queues  map[string][]kafkago.Message // key busy → events waiting behind it
-	workers int                          // started; at least len(queues)
-	wg      sync.WaitGroup               // busy keys
-	running sync.WaitGroup               // workers
+	queues  map[string][]T // key busy → events waiting behind it
+	workers int            // started; at least len(queues)
+	wg      sync.WaitGroup // busy keys
+	running sync.WaitGroup // workers
 }
 
-type job struct {
+type job[T any] struct {
 	key string
-	msg kafkago.Message
+	msg T
 }
 
-func newDispatcher(maxInFlight int, run func(kafkago.Message)) *dispatcher {
-	return &dispatcher{
+func newDispatcher[T any](maxInFlight int, key func(T) string, run func(T)) *dispatcher[T] {
+	return &dispatcher[T]{
 		slots:  make(chan struct{}, maxInFlight),
-		jobs:   make(chan job, maxInFlight),
+		jobs:   make(chan job[T], maxInFlight),
+		key:    key,
 		run:    run,
-		queues: map[string][]kafkago.Message{},
+		queues: map[string][]T{},
 	}
 }
 
@@ -54,7 +59,7 @@ func orderingKey(m kafkago.Message) string {
 }
 
 // acquire waits for a free slot; false when ctx ended first.
-func (d *dispatcher) acquire(ctx context.Context) bool {
+func (d *dispatcher[T]) acquire(ctx context.Context) bool {
 	select {
 	case d.slots <- struct{}{}:
 		return true
@@ -69,8 +74,8 @@ func (d *dispatcher) acquire(ctx context.Context) bool {
 // Every busy key has a worker: workers never fall below len(queues), and a
 // worker takes one key at a time. The send never blocks: a job in the
 // channel holds its event's slot, so there are at most cap(slots) of them.
-func (d *dispatcher) dispatch(msg kafkago.Message) {
-	key := orderingKey(msg)
+func (d *dispatcher[T]) dispatch(msg T) {
+	key := d.key(msg)
 	d.mu.Lock()
 	if q, busy := d.queues[key]; busy {
 		d.queues[key] = append(q, msg)
@@ -85,10 +90,10 @@ func (d *dispatcher) dispatch(msg kafkago.Message) {
 	}
 	d.wg.Add(1)
 	d.mu.Unlock()
-	d.jobs <- job{key, msg}
+	d.jobs <- job[T]{key, msg}
 }
 
-func (d *dispatcher) worker() {
+func (d *dispatcher[T]) worker() {
 	defer d.running.Done()
 	for j := range d.jobs {
 		d.work(j.key, j.msg)
@@ -98,7 +103,7 @@ func (d *dispatcher) worker() {
 // work runs msg and then the events queued behind its key, until the key is
 // idle. A key is idle before its last slot is released, so busy keys, and
 // with them workers, never outnumber the slots.
-func (d *dispatcher) work(key string, msg kafkago.Message) {
+func (d *dispatcher[T]) work(key string, msg T) {
 	defer d.wg.Done()
 	for {
 		d.run(msg)
@@ -118,25 +123,25 @@ func (d *dispatcher) work(key string, msg kafkago.Message) {
 }
 
 // wait blocks until every dispatched event has been run.
-func (d *dispatcher) wait() { d.wg.Wait() }
+func (d *dispatcher[T]) wait() { d.wg.Wait() }
 
 // close ends the workers once every dispatched event has been run; nothing
 // may be dispatched after it.
-func (d *dispatcher) close() {
+func (d *dispatcher[T]) close() {
 	d.wg.Wait()
 	close(d.jobs)
 	d.running.Wait()
 }
 
 // started is how many workers were started.
-func (d *dispatcher) started() int {
+func (d *dispatcher[T]) started() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.workers
 }
 
 // idle returns a channel closed once every dispatched event has been run.
-func (d *dispatcher) idle() <-chan struct{} {
+func (d *dispatcher[T]) idle() <-chan struct{} {
 	ch := make(chan struct{})
 	go func() { d.wg.Wait(); close(ch) }()
 	return ch

@@ -33,7 +33,7 @@ func TestDispatcherKeyOrder(t *testing.T) {
 		var violation string
 		lastStarted := map[string]int64{}
 
-		d := newDispatcher(maxInFlight, func(m kafkago.Message) {
+		d := newDispatcher(maxInFlight, orderingKey, func(m kafkago.Message) {
 			k := string(m.Key)
 			mu.Lock()
 			if running[k] && violation == "" {

@@ -3,8 +3,12 @@
 // failed records to the next retry tier or the dead-letter topic, and commits
 // offsets only below events whose outcome is final (R-KFK-CONS-2).
 //
-// One Consumer serves one topic (the main topic or one retry tier). It
-// fetches with FetchMessage, runs up to MaxInFlight events at once but never
-// two of the same key, and commits per partition the highest offset below
-// which every event is final, coalesced in time.
+// One Consumer serves one topic (the main topic or one retry tier). It takes
+// the consumer group's generations one at a time (kafka-go's ConsumerGroup),
+// reads each partition the generation assigned from its committed offset,
+// runs up to MaxInFlight events at once but never two of the same key, and
+// commits per partition, through that generation only, the highest offset
+// below which every event is final, coalesced in time. A partition taken
+// away by a rebalance gets a short grace to commit what finished; nothing
+// that finishes later is committed for it.
 package kafka

@@ -123,7 +123,7 @@ func TestUnreadableHeaderIsNotLoggedVerbatim(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) { return order.OutcomeCharged, nil }}
-	reader := kafkago.NewReader(kafkatest.FastReaderConfig(r.brokers, "g.retry.1", "retry.1"))
+	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, "g.retry.1", "retry.1"))
 	pause := NewPause(r.m.ConsumerPaused, log)
 	c := NewConsumer(reader, h, NewRouter(kafkatest.NewWriter(t, r.brokers, ""), r.routes, r.m, pause, log), pause, r.m, log,
 		Options{Tier: 1, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second})

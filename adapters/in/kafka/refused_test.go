@@ -112,7 +112,7 @@ func (r *refusedRig) consume(t *testing.T) (stop func()) {
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) {
 		return "", &order.ValidationError{Field: "value", Reason: "not JSON"}
 	}}
-	reader := kafkago.NewReader(kafkatest.FastReaderConfig(r.brokers, r.group, r.main))
+	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, r.group, r.main))
 	c := NewConsumer(reader, h, NewRouter(w, routes, r.m, pause, log), pause, r.m, log,
 		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 5 * time.Second,
 			OutageBackoffMin: 10 * time.Millisecond, OutageBackoffMax: 50 * time.Millisecond})

@@ -127,11 +127,11 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	return outcome, nil
 }
 
-// delivery is how deliver ended.
-type delivery int
+// routeResult is how deliver ended.
+type routeResult int
 
 const (
-	whole   delivery = iota // written as it is
+	whole   routeResult = iota // written as it is
 	stubbed                 // written without its value (x-value-omitted)
 	givenUp                 // refused even without its value: not written
 )
@@ -144,7 +144,7 @@ const (
 // is given up: the partition must not block, and the original stays
 // readable at x-original-* until that topic's retention, which the error
 // log names. It returns an error only when ctx ended first.
-func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (delivery, error) {
+func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (routeResult, error) {
 	err := r.write(ctx, msg, r.w.WriteMessages)
 	if err == nil || !refused(err) {
 		return whole, err

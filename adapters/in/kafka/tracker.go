@@ -1,72 +1,77 @@
 package kafka
 
 import (
-	"sort"
 	"sync"
-
-	kafkago "github.com/segmentio/kafka-go"
 )
 
-type topicPartition struct {
+// partState is what one generation knows of one partition it was assigned:
+// the offsets fetched and not yet final (with a count, since a partition
+// reader may deliver an offset again after a fetch error), the highest
+// offset fetched, and the offset last committed (the next one to read).
+// Kafka fetches a partition in offset order, so everything below the
+// watermark was fetched and is final.
+//
+// A partState lives as long as its generation holds the partition. revoke
+// ends it: from then on nothing it learns is committed, so an event that
+// finishes after its partition moved to another member can never move the
+// group's offset (the other member's commit) backwards. When the partition
+// comes back, a new partState starts from the committed offset.
+type partState struct {
 	topic     string
 	partition int
-}
+	gone      chan struct{} // closed by revoke
 
-// partitionState is what the tracker knows of one partition: the offsets
-// fetched and not yet final (with a count, since a rebalance can deliver an
-// offset again while its first copy is still in flight), the highest offset
-// fetched, and the offset last committed (the next one to read).
-type partitionState struct {
+	mu        sync.Mutex
 	pending   map[int64]int
 	maxSeen   int64
 	committed int64
+	revoked   bool
 }
 
-// tracker computes commit watermarks: per partition, the lowest offset that
-// is not final yet, or one past the highest fetched when all are final.
-// Kafka fetches a partition in offset order, so everything below that
-// watermark was fetched and is final. Safe for concurrent use.
-type tracker struct {
-	mu    sync.Mutex
-	parts map[topicPartition]*partitionState
-}
-
-func newTracker() *tracker { return &tracker{parts: map[topicPartition]*partitionState{}} }
-
-// fetched records that msg is in flight.
-func (t *tracker) fetched(msg kafkago.Message) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	tp := topicPartition{msg.Topic, msg.Partition}
-	ps := t.parts[tp]
-	if ps == nil {
-		ps = &partitionState{pending: map[int64]int{}, maxSeen: -1, committed: -1}
-		t.parts[tp] = ps
+// newPartState starts a partition at the offset the group assigned: its
+// committed offset, or a negative kafka-go sentinel (FirstOffset) when the
+// group never committed it.
+func newPartState(topic string, partition int, start int64) *partState {
+	ps := &partState{topic: topic, partition: partition, gone: make(chan struct{}),
+		pending: map[int64]int{}, maxSeen: -1, committed: -1}
+	if start >= 0 {
+		ps.maxSeen, ps.committed = start-1, start
 	}
-	ps.pending[msg.Offset]++
-	if msg.Offset > ps.maxSeen {
-		ps.maxSeen = msg.Offset
-	}
+	return ps
 }
 
-// done records that msg's outcome is final.
-func (t *tracker) done(msg kafkago.Message) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ps := t.parts[topicPartition{msg.Topic, msg.Partition}]
-	if ps == nil {
+// fetched records that offset is in flight; false when the partition was
+// revoked, so the event must not be handled for it.
+func (ps *partState) fetched(offset int64) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.revoked {
+		return false
+	}
+	ps.pending[offset]++
+	if offset > ps.maxSeen {
+		ps.maxSeen = offset
+	}
+	return true
+}
+
+// done records that offset's outcome is final. After revoke it changes
+// nothing.
+func (ps *partState) done(offset int64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.revoked {
 		return
 	}
-	if n := ps.pending[msg.Offset]; n > 1 {
-		ps.pending[msg.Offset] = n - 1
+	if n := ps.pending[offset]; n > 1 {
+		ps.pending[offset] = n - 1
 	} else {
-		delete(ps.pending, msg.Offset)
+		delete(ps.pending, offset)
 	}
 }
 
-// watermark returns the next offset to read of a partition: every offset
-// below it is final.
-func (ps *partitionState) watermark() int64 {
+// watermark returns the next offset to read: every offset below it is final.
+func (ps *partState) watermark() int64 {
 	next := ps.maxSeen + 1
 	for off := range ps.pending {
 		if off < next {
@@ -76,47 +81,45 @@ func (ps *partitionState) watermark() int64 {
 	return next
 }
 
-// committable returns, for each partition whose watermark moved past its
-// last commit, a message whose CommitMessages commits that watermark
-// (kafka-go commits Offset+1). Sorted for stable logs and tests.
-func (t *tracker) committable() []kafkago.Message {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []kafkago.Message
-	for tp, ps := range t.parts {
-		if w := ps.watermark(); w > ps.committed && w > 0 {
-			out = append(out, kafkago.Message{Topic: tp.topic, Partition: tp.partition, Offset: w - 1})
-		}
+// committable returns the watermark to commit when it moved past the last
+// commit; false when there is nothing to commit or the partition was revoked.
+func (ps *partState) committable() (int64, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.revoked {
+		return 0, false
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic < out[j].Topic
-		}
-		return out[i].Partition < out[j].Partition
-	})
-	return out
+	w := ps.watermark()
+	return w, w > ps.committed && w > 0
 }
 
-// markCommitted records a successful commit of msgs (as built by committable).
-func (t *tracker) markCommitted(msgs []kafkago.Message) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, m := range msgs {
-		if ps := t.parts[topicPartition{m.Topic, m.Partition}]; ps != nil && m.Offset+1 > ps.committed {
-			ps.committed = m.Offset + 1
-		}
+// markCommitted records a successful commit of w (as returned by committable).
+func (ps *partState) markCommitted(w int64) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if w > ps.committed {
+		ps.committed = w
 	}
 }
 
 // inFlight returns the number of fetched events not yet final.
-func (t *tracker) inFlight() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+func (ps *partState) inFlight() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	n := 0
-	for _, ps := range t.parts {
-		for _, c := range ps.pending {
-			n += c
-		}
+	for _, c := range ps.pending {
+		n += c
 	}
 	return n
+}
+
+// revoke ends the partition's state for its generation; idempotent.
+func (ps *partState) revoke() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !ps.revoked {
+		ps.revoked = true
+		ps.pending = nil
+		close(ps.gone)
+	}
 }

@@ -3,95 +3,104 @@ package kafka
 import (
 	"testing"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"pgregory.net/rapid"
 )
 
-// TestTrackerNeverCommitsPastUnfinished drives the tracker with random
-// fetches over several partitions (including redeliveries of offsets after a
-// simulated rebalance), random completion orders and random commits, and
-// checks the commit rule: a committed offset never passes an event that is
-// not final, and once everything is final the watermark reaches the end.
+// TestTrackerNeverCommitsPastUnfinished drives one partition's state with
+// random fetches (including redeliveries of offsets), random completion
+// orders, random commits and a revoke, and checks the commit rule: a
+// committed offset never passes an event that is not final, never moves
+// backwards, nothing is committable after revoke, and once everything is
+// final the watermark reaches the end.
 func TestTrackerNeverCommitsPastUnfinished(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
-		tr := newTracker()
-		nparts := rapid.IntRange(1, 4).Draw(t, "partitions")
-		next := make([]int64, nparts)            // next offset to fetch per partition
-		pending := make([]map[int64]int, nparts) // model: in flight
-		committed := make([]int64, nparts)       // model: last committed watermark
-		for p := range pending {
-			pending[p] = map[int64]int{}
-			committed[p] = -1
+		start := rapid.Int64Range(-2, 50).Draw(t, "start") // <0: kafka-go's FirstOffset, never committed
+		ps := newPartState("t", 0, start)
+		next := max(start, 0)      // next offset to fetch
+		pending := map[int64]int{} // model: in flight
+		committed := int64(-1)     // model: last committed watermark
+		if start >= 0 {
+			committed = start
 		}
-		var flight []kafkago.Message
+		revokeAt := rapid.IntRange(0, 400).Draw(t, "revoke at")
+		var flight []int64
 		steps := rapid.IntRange(1, 300).Draw(t, "steps")
-		for range steps {
+		for step := range steps {
+			if step == revokeAt {
+				ps.revoke()
+			}
+			revoked := step >= revokeAt
 			switch rapid.IntRange(0, 9).Draw(t, "action") {
 			case 0, 1, 2, 3: // fetch
-				p := rapid.IntRange(0, nparts-1).Draw(t, "p")
 				if rapid.IntRange(0, 20).Draw(t, "gap") == 0 {
-					next[p] += int64(rapid.IntRange(1, 3).Draw(t, "skip")) // compaction/txn markers
+					next += int64(rapid.IntRange(1, 3).Draw(t, "skip")) // compaction/txn markers
 				}
-				m := kafkago.Message{Topic: "t", Partition: p, Offset: next[p]}
-				next[p]++
-				tr.fetched(m)
-				pending[p][m.Offset]++
-				flight = append(flight, m)
-			case 4: // redelivery after a rebalance: an offset at or after the last commit comes again
-				p := rapid.IntRange(0, nparts-1).Draw(t, "p")
-				lo := max(committed[p], 0)
-				if next[p] <= lo {
+				off := next
+				next++
+				if ps.fetched(off) == revoked {
+					t.Fatalf("fetched(%d) after revoke = %v", off, !revoked)
+				}
+				if !revoked {
+					pending[off]++
+					flight = append(flight, off)
+				}
+			case 4: // redelivery of an offset at or after the last commit
+				lo := max(committed, 0)
+				if next <= lo || revoked {
 					continue
 				}
-				off := rapid.Int64Range(lo, next[p]-1).Draw(t, "redeliver")
-				m := kafkago.Message{Topic: "t", Partition: p, Offset: off}
-				tr.fetched(m)
-				pending[p][off]++
-				flight = append(flight, m)
+				off := rapid.Int64Range(lo, next-1).Draw(t, "redeliver")
+				ps.fetched(off)
+				pending[off]++
+				flight = append(flight, off)
 			case 5, 6, 7: // an event becomes final, in any order
 				if len(flight) == 0 {
 					continue
 				}
 				i := rapid.IntRange(0, len(flight)-1).Draw(t, "done")
-				m := flight[i]
+				off := flight[i]
 				flight = append(flight[:i], flight[i+1:]...)
-				tr.done(m)
-				if pending[m.Partition][m.Offset]--; pending[m.Partition][m.Offset] == 0 {
-					delete(pending[m.Partition], m.Offset)
+				ps.done(off)
+				if pending[off]--; pending[off] == 0 {
+					delete(pending, off)
 				}
 			default: // commit
-				msgs := tr.committable()
-				for _, m := range msgs {
-					w := m.Offset + 1
-					for off := range pending[m.Partition] {
-						if off < w {
-							t.Fatalf("partition %d: commit of %d passes unfinished offset %d", m.Partition, w, off)
-						}
-					}
-					if w <= committed[m.Partition] {
-						t.Fatalf("partition %d: commit %d does not advance past %d", m.Partition, w, committed[m.Partition])
-					}
-					committed[m.Partition] = w
+				w, ok := ps.committable()
+				if !ok {
+					continue
 				}
-				tr.markCommitted(msgs)
+				if revoked {
+					t.Fatalf("commit of %d after revoke", w)
+				}
+				for off := range pending {
+					if off < w {
+						t.Fatalf("commit of %d passes unfinished offset %d", w, off)
+					}
+				}
+				if w <= committed {
+					t.Fatalf("commit %d does not advance past %d", w, committed)
+				}
+				committed = w
+				ps.markCommitted(w)
 			}
 		}
-		// Finish everything: the watermark must reach one past the last fetch.
-		for _, m := range flight {
-			tr.done(m)
+		for _, off := range flight {
+			ps.done(off)
 		}
-		tr.markCommitted(tr.committable())
-		for p := range nparts {
-			if next[p] == 0 {
-				continue
+		if revokeAt < steps {
+			if w, ok := ps.committable(); ok {
+				t.Fatalf("revoked partition committable at %d", w)
 			}
-			ps := tr.parts[topicPartition{"t", p}]
-			if ps == nil || ps.committed != next[p] {
-				t.Fatalf("partition %d: committed %v, want %d", p, ps, next[p])
-			}
+			return
 		}
-		if n := tr.inFlight(); n != 0 {
+		if w, ok := ps.committable(); ok {
+			ps.markCommitted(w)
+		}
+		if want := max(next, committed); next > 0 && ps.committed != want {
+			t.Fatalf("committed %d, want %d", ps.committed, want)
+		}
+		if n := ps.inFlight(); n != 0 {
 			t.Fatalf("in flight after finishing everything = %d, want 0", n)
 		}
 	})

@@ -1,0 +1,272 @@
+package kafka
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/poll"
+)
+
+// preferBalancer makes assignments a test can predict: the member whose
+// name sorts last takes partition 0, the others share the rest (a member
+// alone takes everything). Every member of a group uses one with its own
+// name; the leader's decides.
+type preferBalancer struct{ name string }
+
+func (b preferBalancer) ProtocolName() string      { return "prefer-test" }
+func (b preferBalancer) UserData() ([]byte, error) { return []byte(b.name), nil }
+
+func (b preferBalancer) AssignGroups(members []kafkago.GroupMember, parts []kafkago.Partition) kafkago.GroupMemberAssignments {
+	out := kafkago.GroupMemberAssignments{}
+	last := 0
+	for i, m := range members {
+		out[m.ID] = map[string][]int{}
+		if bytes.Compare(m.UserData, members[last].UserData) > 0 {
+			last = i
+		}
+	}
+	var others []string
+	for i, m := range members {
+		if i != last {
+			others = append(others, m.ID)
+		}
+	}
+	n := 0
+	for _, p := range parts {
+		owner := members[last].ID
+		if p.ID != 0 && len(others) > 0 {
+			owner = others[n%len(others)]
+			n++
+		}
+		out[owner][p.Topic] = append(out[owner][p.Topic], p.ID)
+	}
+	return out
+}
+
+// byKeyPrefix writes keys starting "p<N>-" to partition N.
+var byKeyPrefix = kafkago.BalancerFunc(func(msg kafkago.Message, parts ...int) int {
+	k := string(msg.Key)
+	if i := strings.IndexByte(k, '-'); i > 1 && k[0] == 'p' {
+		if n, err := strconv.Atoi(k[1:i]); err == nil {
+			return n
+		}
+	}
+	return parts[len(parts)-1]
+})
+
+// committedWatch polls a group's committed offsets and remembers any
+// partition whose committed offset went down.
+type committedWatch struct {
+	mu        sync.Mutex
+	last      map[int]int64
+	backwards []string
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+func watchCommitted(t *testing.T, brokers []string, group, topic string) *committedWatch {
+	t.Helper()
+	w := &committedWatch{last: map[int]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	tr := &kafkago.Transport{}
+	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr, Timeout: 5 * time.Second}
+	go func() {
+		defer close(w.done)
+		defer tr.CloseIdleConnections()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			res, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: {0, 1}}})
+			cancel()
+			if err != nil || res.Error != nil {
+				continue
+			}
+			w.mu.Lock()
+			for _, p := range res.Topics[topic] {
+				if p.Error != nil || p.CommittedOffset < 0 {
+					continue
+				}
+				if prev, ok := w.last[p.Partition]; ok && p.CommittedOffset < prev {
+					w.backwards = append(w.backwards, "partition "+strconv.Itoa(p.Partition)+": "+
+						strconv.FormatInt(prev, 10)+" → "+strconv.FormatInt(p.CommittedOffset, 10))
+				}
+				w.last[p.Partition] = p.CommittedOffset
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.close)
+	return w
+}
+
+func (w *committedWatch) close() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *committedWatch) moves() []string {
+	w.close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.backwards...)
+}
+
+// member starts one consumer of topic in group, named for preferBalancer;
+// the returned function stops it and waits for Run to return.
+func member(t *testing.T, brokers []string, group, topic, name string, h MessageHandler) func() {
+	t.Helper()
+	m := metrics.New(prometheus.NewRegistry(), false)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	pause := NewPause(m.ConsumerPaused, log)
+	routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, RetryDelays: []time.Duration{time.Second}, DLQTopic: topic + ".dlq"}
+	cfg := kafkatest.FastReaderConfig(brokers, group, topic)
+	cfg.GroupBalancers = []kafkago.GroupBalancer{preferBalancer{name}}
+	src := newTestSource(t, cfg)
+	c := NewConsumer(src, h, NewRouter(kafkatest.NewWriter(t, brokers, ""), routes, m, pause, log), pause, m, log,
+		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
+			RevokeTimeout: 100 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run %s: %v", name, err)
+			}
+			_ = src.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// holdingHandler blocks on the record "p0-hold" until released; every
+// other record is charged at once.
+type holdingHandler struct {
+	started  chan struct{}
+	release  chan struct{}
+	finished atomic.Bool
+	once     sync.Once
+}
+
+func (h *holdingHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+	if string(msg.Value) == "p0-hold" {
+		h.once.Do(func() { close(h.started) })
+		<-h.release
+		h.finished.Store(true)
+	}
+	return order.OutcomeCharged, nil
+}
+
+// chargeAll charges every record and remembers which it saw.
+type chargeAll struct{ seen sync.Map }
+
+func (h *chargeAll) Handle(_ context.Context, msg kafkago.Message) (order.Outcome, error) {
+	h.seen.Store(string(msg.Value), true)
+	return order.OutcomeCharged, nil
+}
+
+func (h *chargeAll) saw(v string) bool { _, ok := h.seen.Load(v); return ok }
+
+// revokeCase is issue 14's reproduction: partition 0 moves from consumer A
+// to B while A holds one of its events; B handles the partition and commits
+// further; then A's event finishes. A must not commit partition 0 (its
+// commit would move the group's offset back), and the group's committed
+// offset never decreases.
+func revokeCase(t *testing.T, brokers []string, topic, group string) {
+	kafkatest.CreateTopics(t, brokers, 2, topic)
+	w := kafkatest.NewWriter(t, brokers, topic)
+	w.Balancer = byKeyPrefix
+	send := func(keys ...string) {
+		t.Helper()
+		var msgs []kafkago.Message
+		for _, k := range keys {
+			msgs = append(msgs, kafkago.Message{Key: []byte(k), Value: []byte(k)})
+		}
+		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch := watchCommitted(t, brokers, group, topic)
+
+	send("p0-hold", "p1-a")
+	hA := &holdingHandler{started: make(chan struct{}), release: make(chan struct{})}
+	stopA := member(t, brokers, group, topic, "a", hA)
+	select {
+	case <-hA.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("A never started p0-hold")
+	}
+
+	// B joins and takes partition 0, handles it from its committed offset
+	// (none: the start) and commits past A's event.
+	hB := &chargeAll{}
+	stopB := member(t, brokers, group, topic, "b", hB)
+	poll.Until(t, "B to take partition 0", 30*time.Second, func() bool { return hB.saw("p0-hold") })
+	send("p0-1", "p0-2", "p0-3", "p0-4", "p0-5", "p1-b")
+	end := kafkatest.EndOffsets(t, brokers, topic)
+	poll.Until(t, "B to commit the end of partition 0", 30*time.Second, func() bool {
+		return kafkatest.CommittedOffsets(t, brokers, group, topic)[0] == end[0]
+	})
+
+	// A's event finishes long after the move; A then drains and makes its
+	// final commit.
+	close(hA.release)
+	poll.Until(t, "A's held event to finish", 10*time.Second, hA.finished.Load)
+	stopA()
+	stopB()
+
+	if got := kafkatest.CommittedOffsets(t, brokers, group, topic); got[0] != end[0] {
+		t.Errorf("partition 0 committed %d after A's late event, want %d (B's commit)", got[0], end[0])
+	}
+	if moves := watch.moves(); len(moves) > 0 {
+		t.Errorf("committed offsets moved backwards: %v", moves)
+	}
+}
+
+func TestRevokedPartitionIsNotCommittedFake(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.NewFake(t)
+	revokeCase(t, c.Brokers(), "main", "g")
+}
+
+func TestRevokedPartitionIsNotCommittedReal(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.SharedReal(t)
+	revokeCase(t, c.Brokers(), kafkatest.UniqueName(t, "revoke"), kafkatest.UniqueName(t, "g"))
+}
+
+// newTestSource joins cfg's group; the source is closed by the caller.
+func newTestSource(t testing.TB, cfg kafkago.ReaderConfig) *GroupSource {
+	t.Helper()
+	src, err := NewGroupSource(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
