@@ -168,6 +168,7 @@ func member(t *testing.T, brokers []string, group, topic, name string, h Message
 // holdingHandler blocks on the record "p0-hold" until released; every
 // other record is charged at once.
 type holdingHandler struct {
+	chargeAll
 	started  chan struct{}
 	release  chan struct{}
 	finished atomic.Bool
@@ -175,6 +176,7 @@ type holdingHandler struct {
 }
 
 func (h *holdingHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+	h.seen.Store(string(msg.Value), true)
 	if string(msg.Value) == "p0-hold" {
 		h.once.Do(func() { close(h.started) })
 		<-h.release
@@ -196,8 +198,9 @@ func (h *chargeAll) saw(v string) bool { _, ok := h.seen.Load(v); return ok }
 // revokeCase is issue 14's reproduction: partition 0 moves from consumer A
 // to B while A holds one of its events; B handles the partition and commits
 // further; then A's event finishes. A must not commit partition 0 (its
-// commit would move the group's offset back), and the group's committed
-// offset never decreases.
+// commit would move the group's offset back), the group's committed offset
+// never decreases, and when partition 0 comes back to A, A starts from the
+// committed offset.
 func revokeCase(t *testing.T, brokers []string, topic, group string) {
 	kafkatest.CreateTopics(t, brokers, 2, topic)
 	w := kafkatest.NewWriter(t, brokers, topic)
@@ -234,15 +237,26 @@ func revokeCase(t *testing.T, brokers []string, topic, group string) {
 		return kafkatest.CommittedOffsets(t, brokers, group, topic)[0] == end[0]
 	})
 
-	// A's event finishes long after the move; A then drains and makes its
-	// final commit.
+	// A's event finishes long after the move: A must commit nothing for
+	// partition 0.
 	close(hA.release)
 	poll.Until(t, "A's held event to finish", 10*time.Second, hA.finished.Load)
-	stopA()
-	stopB()
 
+	// B leaves: partition 0 comes back to A, which starts afresh from B's
+	// committed offset, not from what it held before.
+	stopB()
+	send("p0-6")
+	poll.Until(t, "A to take partition 0 back", 30*time.Second, func() bool { return hA.saw("p0-6") })
+	stopA()
+
+	end = kafkatest.EndOffsets(t, brokers, topic)
 	if got := kafkatest.CommittedOffsets(t, brokers, group, topic); got[0] != end[0] {
-		t.Errorf("partition 0 committed %d after A's late event, want %d (B's commit)", got[0], end[0])
+		t.Errorf("partition 0 committed %d, want its end %d", got[0], end[0])
+	}
+	for _, v := range []string{"p0-1", "p0-5"} {
+		if hA.saw(v) {
+			t.Errorf("A handled %s, which B had committed, after partition 0 came back", v)
+		}
 	}
 	if moves := watch.moves(); len(moves) > 0 {
 		t.Errorf("committed offsets moved backwards: %v", moves)
