@@ -230,6 +230,8 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Gene
 	if stop.Err() != nil {
 		c.drain(d, cancelWork)
 	} else {
+		c.log.Info("generation ended; its partitions' events get the revoke grace before the final commit",
+			slog.Int("generation", int(gen.ID)), slog.Duration("grace", c.opts.RevokeTimeout))
 		idle := make(chan struct{})
 		go func() { inGen.Wait(); close(idle) }()
 		rt := time.NewTimer(c.opts.RevokeTimeout)
