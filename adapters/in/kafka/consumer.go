@@ -71,8 +71,13 @@ type Consumer struct {
 type delivery struct {
 	msg     kafkago.Message
 	fetched time.Time
-	part    *partState
-	gen     *sync.WaitGroup // the generation's events in flight
+	// stop ends the event's waits that are not work: it is the fetching
+	// context of its generation, which ends at shutdown or when the
+	// partition is revoked. It travels with the event, as a request's
+	// context does, because the event outlives the fetch.
+	stop context.Context
+	part *partState
+	gen  *sync.WaitGroup // the generation's events in flight
 }
 
 func deliveryKey(d delivery) string { return orderingKey(d.msg) }
@@ -127,7 +132,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	d := newDispatcher(c.opts.MaxInFlight, deliveryKey, func(dl delivery) { c.process(ctx, workCtx, dl) })
+	d := newDispatcher(c.opts.MaxInFlight, deliveryKey, func(dl delivery) { c.process(workCtx, dl) })
 	defer d.close()
 
 	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
@@ -225,6 +230,8 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Gene
 	if stop.Err() != nil {
 		c.drain(d, cancelWork)
 	} else {
+		c.log.Info("generation ended; its partitions' events get the revoke grace before the final commit",
+			slog.Int("generation", int(gen.ID)), slog.Duration("grace", c.opts.RevokeTimeout))
 		idle := make(chan struct{})
 		go func() { inGen.Wait(); close(idle) }()
 		rt := time.NewTimer(c.opts.RevokeTimeout)
@@ -282,15 +289,14 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 		inGen.Add(1)
 		c.inFlight.Add(1)
 		c.m.InFlight.Inc()
-		d.dispatch(delivery{msg: msg, fetched: c.now(), part: ps, gen: inGen})
+		d.dispatch(delivery{msg: msg, fetched: c.now(), stop: ctx, part: ps, gen: inGen})
 	}
 }
 
 // process takes one event to a final outcome, or leaves it not final when
-// shutdown interrupts it. Waits that are not work (x-not-before, outage
-// backoff) end when the partition is revoked or shutdown begins; work ends
-// with work.
-func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
+// shutdown or a rebalance interrupts it. Waits that are not work
+// (x-not-before, outage backoff) end with dl.stop; work ends with work.
+func (c *Consumer) process(work context.Context, dl delivery) {
 	msg := dl.msg
 	start := c.now()
 	defer func() {
@@ -299,15 +305,7 @@ func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
 		c.budget.release(recordBytes(msg))
 		dl.gen.Done()
 	}()
-	stop, cancelStop := context.WithCancel(shutdown)
-	defer cancelStop()
-	go func() {
-		select {
-		case <-dl.part.gone:
-			cancelStop()
-		case <-stop.Done():
-		}
-	}()
+	stop := dl.stop
 	// The event's logger is built only when something is logged: With
 	// formats its attributes at once, and the common path logs nothing
 	// above debug.
@@ -350,7 +348,7 @@ func (c *Consumer) process(shutdown, work context.Context, dl delivery) {
 			}
 			c.pause.Outage(heldFor, err)
 			if c.pause.HoldOff(stop, heldFor, bo.delay(attempt)) != nil {
-				log().Info("event interrupted by shutdown during an outage, left uncommitted")
+				log().Info("event interrupted by shutdown or a rebalance during an outage, left uncommitted")
 				return
 			}
 			continue

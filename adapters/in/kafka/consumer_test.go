@@ -87,7 +87,8 @@ func (r *rig) run(t *testing.T, tier int, topic, group string, h MessageHandler,
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pause := NewPause(r.m.ConsumerPaused, log)
 	c := NewConsumer(reader, h, NewRouter(w, r.routes, r.m, pause, log), pause, r.m, log,
-		Options{Tier: tier, RetryDelay: r.routes.RetryDelays[max(tier, 1)-1], MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
+		Options{Tier: tier, RetryDelay: r.routes.RetryDelays[max(tier, 1)-1], MaxInFlight: 4,
+			CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second, RevokeTimeout: 500 * time.Millisecond,
 			OutageBackoffMin: 10 * time.Millisecond, OutageBackoffMax: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

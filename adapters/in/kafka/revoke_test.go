@@ -138,8 +138,13 @@ func (w *committedWatch) moves() []string {
 // the returned function stops it and waits for Run to return.
 func member(t *testing.T, brokers []string, group, topic, name string, h MessageHandler) func() {
 	t.Helper()
+	return memberWith(t, brokers, group, topic, name, h, slog.New(slog.NewTextHandler(io.Discard, nil)), 100*time.Millisecond)
+}
+
+// memberWith is member with its own logger and revoke grace.
+func memberWith(t *testing.T, brokers []string, group, topic, name string, h MessageHandler, log *slog.Logger, grace time.Duration) func() {
+	t.Helper()
 	m := metrics.New(prometheus.NewRegistry(), false)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pause := NewPause(m.ConsumerPaused, log)
 	routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, RetryDelays: []time.Duration{time.Second}, DLQTopic: topic + ".dlq"}
 	cfg := kafkatest.FastReaderConfig(brokers, group, topic)
@@ -147,7 +152,7 @@ func member(t *testing.T, brokers []string, group, topic, name string, h Message
 	src := newTestSource(t, cfg)
 	c := NewConsumer(src, h, NewRouter(kafkatest.NewWriter(t, brokers, ""), routes, m, pause, log), pause, m, log,
 		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
-			RevokeTimeout: 100 * time.Millisecond})
+			RevokeTimeout: grace})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -168,6 +173,7 @@ func member(t *testing.T, brokers []string, group, topic, name string, h Message
 // holdingHandler blocks on the record "p0-hold" until released; every
 // other record is charged at once.
 type holdingHandler struct {
+	chargeAll
 	started  chan struct{}
 	release  chan struct{}
 	finished atomic.Bool
@@ -175,6 +181,7 @@ type holdingHandler struct {
 }
 
 func (h *holdingHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+	h.seen.Store(string(msg.Value), true)
 	if string(msg.Value) == "p0-hold" {
 		h.once.Do(func() { close(h.started) })
 		<-h.release
@@ -196,8 +203,9 @@ func (h *chargeAll) saw(v string) bool { _, ok := h.seen.Load(v); return ok }
 // revokeCase is issue 14's reproduction: partition 0 moves from consumer A
 // to B while A holds one of its events; B handles the partition and commits
 // further; then A's event finishes. A must not commit partition 0 (its
-// commit would move the group's offset back), and the group's committed
-// offset never decreases.
+// commit would move the group's offset back), the group's committed offset
+// never decreases, and when partition 0 comes back to A, A starts from the
+// committed offset.
 func revokeCase(t *testing.T, brokers []string, topic, group string) {
 	kafkatest.CreateTopics(t, brokers, 2, topic)
 	w := kafkatest.NewWriter(t, brokers, topic)
@@ -234,15 +242,26 @@ func revokeCase(t *testing.T, brokers []string, topic, group string) {
 		return kafkatest.CommittedOffsets(t, brokers, group, topic)[0] == end[0]
 	})
 
-	// A's event finishes long after the move; A then drains and makes its
-	// final commit.
+	// A's event finishes long after the move: A must commit nothing for
+	// partition 0.
 	close(hA.release)
 	poll.Until(t, "A's held event to finish", 10*time.Second, hA.finished.Load)
-	stopA()
-	stopB()
 
+	// B leaves: partition 0 comes back to A, which starts afresh from B's
+	// committed offset, not from what it held before.
+	stopB()
+	send("p0-6")
+	poll.Until(t, "A to take partition 0 back", 30*time.Second, func() bool { return hA.saw("p0-6") })
+	stopA()
+
+	end = kafkatest.EndOffsets(t, brokers, topic)
 	if got := kafkatest.CommittedOffsets(t, brokers, group, topic); got[0] != end[0] {
-		t.Errorf("partition 0 committed %d after A's late event, want %d (B's commit)", got[0], end[0])
+		t.Errorf("partition 0 committed %d, want its end %d", got[0], end[0])
+	}
+	for _, v := range []string{"p0-1", "p0-5"} {
+		if hA.saw(v) {
+			t.Errorf("A handled %s, which B had committed, after partition 0 came back", v)
+		}
 	}
 	if moves := watch.moves(); len(moves) > 0 {
 		t.Errorf("committed offsets moved backwards: %v", moves)
@@ -269,4 +288,69 @@ func newTestSource(t testing.TB, cfg kafkago.ReaderConfig) *GroupSource {
 		t.Fatal(err)
 	}
 	return src
+}
+
+// signalHandler is a slog handler that closes ch at the first record whose
+// message starts with prefix.
+type signalHandler struct {
+	prefix string
+	once   *sync.Once
+	ch     chan struct{}
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return nil
+}
+func (h signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// An event that finishes within the revoke grace is committed through the
+// generation that is ending, so the partition's next owner does not handle
+// it again (as the Java client's onPartitionsRevoked allows).
+func revokeGraceCase(t *testing.T, brokers []string, topic, group string) {
+	kafkatest.CreateTopics(t, brokers, 2, topic)
+	w := kafkatest.NewWriter(t, brokers, topic)
+	w.Balancer = byKeyPrefix
+	if err := w.WriteMessages(context.Background(), kafkago.Message{Key: []byte("p0-hold"), Value: []byte("p0-hold")}); err != nil {
+		t.Fatal(err)
+	}
+	revoking := make(chan struct{})
+	hA := &holdingHandler{started: make(chan struct{}), release: make(chan struct{})}
+	stopA := memberWith(t, brokers, group, topic, "a", hA, slog.New(signalHandler{"generation ended", &sync.Once{}, revoking}), 10*time.Second)
+	<-hA.started
+
+	hB := &chargeAll{}
+	stopB := member(t, brokers, group, topic, "b", hB)
+	select {
+	case <-revoking:
+	case <-time.After(30 * time.Second):
+		t.Fatal("A's generation never ended")
+	}
+	close(hA.release) // within A's grace
+	poll.Until(t, "partition 0 committed past the held event", 30*time.Second, func() bool {
+		return kafkatest.CommittedOffsets(t, brokers, group, topic)[0] == 1
+	})
+	if err := w.WriteMessages(context.Background(), kafkago.Message{Key: []byte("p0-next"), Value: []byte("p0-next")}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "B to handle partition 0", 30*time.Second, func() bool { return hB.saw("p0-next") })
+	if hB.saw("p0-hold") {
+		t.Error("B handled p0-hold, which A finished and should have committed within its grace")
+	}
+	stopB()
+	stopA()
+}
+
+func TestRevokeGraceCommitsWhatFinishedFake(t *testing.T) {
+	t.Parallel()
+	revokeGraceCase(t, kafkatest.NewFake(t).Brokers(), "main", "g")
+}
+
+func TestRevokeGraceCommitsWhatFinishedReal(t *testing.T) {
+	t.Parallel()
+	revokeGraceCase(t, kafkatest.SharedReal(t).Brokers(), kafkatest.UniqueName(t, "grace"), kafkatest.UniqueName(t, "g"))
 }

@@ -72,8 +72,9 @@ func BenchmarkConsumerPeakRSS(b *testing.B) {
 	}
 }
 
-// decodingHandler decodes the event as the real handler does and takes a
-// few milliseconds, as a gateway call would, so events overlap.
+// decodingHandler decodes the event as the real handler does and takes
+// 50 ms, as a slow gateway call would, so that fetching outruns handling
+// and the consumer holds as much as it is allowed to.
 type decodingHandler struct{}
 
 func (decodingHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {

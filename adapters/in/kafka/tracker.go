@@ -19,7 +19,6 @@ import (
 type partState struct {
 	topic     string
 	partition int
-	gone      chan struct{} // closed by revoke
 
 	mu        sync.Mutex
 	pending   map[int64]int
@@ -32,7 +31,7 @@ type partState struct {
 // committed offset, or a negative kafka-go sentinel (FirstOffset) when the
 // group never committed it.
 func newPartState(topic string, partition int, start int64) *partState {
-	ps := &partState{topic: topic, partition: partition, gone: make(chan struct{}),
+	ps := &partState{topic: topic, partition: partition,
 		pending: map[int64]int{}, maxSeen: -1, committed: -1}
 	if start >= 0 {
 		ps.maxSeen, ps.committed = start-1, start
@@ -117,9 +116,6 @@ func (ps *partState) inFlight() int {
 func (ps *partState) revoke() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if !ps.revoked {
-		ps.revoked = true
-		ps.pending = nil
-		close(ps.gone)
-	}
+	ps.revoked = true
+	ps.pending = nil
 }
