@@ -435,6 +435,10 @@ func (a *App) updateLag(ctx context.Context) {
 			a.Metrics.ConsumerLag.WithLabelValues(topic, strconv.Itoa(p)).Set(float64(v))
 		}
 	}
+	// DLQ depth from the brokers: sticky, unlike a rate of dead letters.
+	if n, err := a.kc.Records(ctx, a.cfg.KafkaDLQTopic); err == nil {
+		a.Metrics.DLQRecords.WithLabelValues(a.cfg.KafkaDLQTopic).Set(float64(n))
+	}
 }
 
 // FastReader returns reader settings for an in-process broker: short waits

@@ -23,6 +23,8 @@ type Metrics struct {
 	Commits          *prometheus.CounterVec // result
 	MaintenanceRuns  *prometheus.CounterVec // result
 	MaintenanceLast  prometheus.Gauge       //
+	DLQRecords       *prometheus.GaugeVec   // topic
+	EventDelay       prometheus.Histogram   //
 	DBPool           *PoolCollector         // billing_db_pool_*, once Watch is called
 	Gathered         prometheus.Gatherer    // what /metrics serves
 }
@@ -90,12 +92,26 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Name: "billing_dedup_maintenance_last_success_timestamp_seconds",
 			Help: "Unix time of the last dedup maintenance pass that finished without error.",
 		}),
+		// Read from the brokers (high-water mark minus log start, summed over
+		// partitions), so it stays up after the dead letter that raised it:
+		// an alert on it does not resolve by itself minutes later.
+		DLQRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "billing_dlq_records",
+			Help: "Records in the DLQ topic, as the brokers count them (sum over partitions of high-water mark minus log start).",
+		}, []string{"topic"}),
+		// The SLI of deploy/README.md ("orders final within 60 s"): 60 must
+		// stay a bucket boundary.
+		EventDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "billing_event_delay_seconds",
+			Help:    "Time from an order's occurred_at (the record's timestamp when it cannot be read) to its final outcome, once per final event.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
+		}),
 		DBPool:   newPoolCollector(),
 		Gathered: reg,
 	}
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
-		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool)
+		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DLQRecords, m.EventDelay, m.DBPool)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
