@@ -67,6 +67,7 @@ type App struct {
 func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) (*App, error) {
 	a := &App{cfg: cfg, tune: tune, log: log, reg: prometheus.NewRegistry()}
 	a.Metrics = metrics.New(a.reg, true)
+	a.Metrics.InFlight.WithLabelValues(cfg.KafkaTopic) // exported at 0 from the first scrape
 	if a.tune.CommitInterval == 0 {
 		a.tune.CommitInterval = 200 * time.Millisecond
 	}

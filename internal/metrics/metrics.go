@@ -15,7 +15,7 @@ type Metrics struct {
 	PaymentRequests  *prometheus.CounterVec // code
 	PaymentDuration  prometheus.Histogram   //
 	ConsumerLag      *prometheus.GaugeVec   // topic, partition
-	InFlight         prometheus.Gauge       //
+	InFlight         *prometheus.GaugeVec   // topic
 	DedupRowsDeleted prometheus.Counter     //
 	DedupPartitions  prometheus.Gauge       //
 	ConsumerPaused   prometheus.Gauge       //
@@ -44,7 +44,7 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 		}, []string{"outcome"}),
 		HandleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "billing_handle_duration_seconds",
-			Help:    "Time to handle one event, from fetch to final outcome (including routing to a retry tier or the DLQ).",
+			Help:    "Time to handle one event, from the start of its handling (after a retry record's x-not-before) to its final outcome, including routing to a retry tier or the DLQ.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 		PaymentRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -60,10 +60,10 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Name: "billing_consumer_lag",
 			Help: "Messages between the consumer group's committed offset and the partition's high-water mark.",
 		}, []string{"topic", "partition"}),
-		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "billing_in_flight",
-			Help: "Events fetched and not yet final in this process.",
-		}),
+			Help: "Events fetched and not yet final in this process, by topic (the main topic or a retry tier).",
+		}, []string{"topic"}),
 		DedupRowsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "billing_dedup_rows_deleted_total",
 			Help: "processed_event rows removed by retention (dropped partitions and batched deletes).",

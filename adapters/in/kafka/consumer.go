@@ -141,7 +141,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, d *dispatcher) error {
 		}
 		failures = 0
 		c.track.fetched(msg)
-		c.m.InFlight.Inc()
+		c.m.InFlight.WithLabelValues(msg.Topic).Inc()
 		d.dispatch(msg)
 	}
 }
@@ -150,8 +150,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, d *dispatcher) error {
 // shutdown interrupts it. stop ends waits that are not work (x-not-before,
 // outage backoff); work ends the work itself.
 func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
-	start := c.now()
-	defer c.m.InFlight.Dec()
+	defer c.m.InFlight.WithLabelValues(msg.Topic).Dec()
 	// The event's logger is built only when something is logged: With
 	// formats its attributes at once, and the common path logs nothing
 	// above debug.
@@ -166,6 +165,7 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg) {
 		return
 	}
+	start := c.now() // after the wait: handle latency is the work, not the delay
 	bo := backoff{min: c.opts.OutageBackoffMin, max: c.opts.OutageBackoffMax}
 	for attempt := 0; ; attempt++ {
 		outcome, err := c.handler.Handle(work, msg)
@@ -214,7 +214,9 @@ func (c *Consumer) process(stop, work context.Context, msg kafkago.Message) {
 
 func (c *Consumer) final(msg kafkago.Message, outcome order.Outcome, start time.Time) {
 	c.m.Events.WithLabelValues(string(outcome)).Inc()
-	c.m.HandleDuration.Observe(c.now().Sub(start).Seconds())
+	now := c.now()
+	c.m.HandleDuration.Observe(now.Sub(start).Seconds())
+	c.m.EventDelay.Observe(now.Sub(eventTime(msg)).Seconds())
 	c.track.done(msg)
 }
 
