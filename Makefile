@@ -30,7 +30,7 @@ test: deps ## vet, gofmt, all tests with -race (real Postgres, in-process and re
 .PHONY: demo
 demo: ## run the service in-process against sample events and print what happened
 	@scripts/deps.sh postgres
-	$(GO) run ./cmd/billing demo
+	$(GO) run -tags demo ./cmd/billing demo
 
 # `make bench` flags, e.g. BENCHFLAGS="-reps 5 -inflight 1,16,64"
 # (go run ./bench/cmd/billbench -h lists them).
