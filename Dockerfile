@@ -5,7 +5,10 @@
 # /billing is copied into the final image.
 #
 #   docker build -t billing:dev .
-#   docker run --rm billing:dev migrate      # or: run (the default), demo, dlq replay
+#   docker run --rm billing:dev migrate      # or: run (the default), dlq replay
+#
+# The image holds the service only: `billing demo` and its test tooling are
+# built in by `make demo` (-tags demo), not here.
 
 # Base images are pinned by digest (the tag says what it is, the digest which
 # build it is), so a rebuild of the same commit uses the same bases. These
