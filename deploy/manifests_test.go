@@ -673,7 +673,7 @@ func TestEnvironmentIsKnownConfig(t *testing.T) {
 				n := config.Prefix + "_" + f.Tag.Get("envconfig")
 				_, inCM := env.fromConfigMap[n]
 				ref, inSecret := env.fromSecret[n]
-				if !inCM && !(inSecret && !isTrue(ref.Optional)) {
+				if !inCM && (!inSecret || isTrue(ref.Optional)) {
 					t.Errorf("container %s: required %s is provided by neither the ConfigMap nor a non-optional Secret key", c.Name, n)
 				}
 			}

@@ -150,7 +150,7 @@ func metricNames(expr string) ([]string, error) {
 		}
 		name := vs.Name
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName {
+			if m.Name == model.MetricNameLabel {
 				if m.Type != labels.MatchEqual {
 					errs = append(errs, fmt.Errorf("selector %s: metric name matched by %s, want one name", vs, m.Type))
 				}
