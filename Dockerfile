@@ -5,9 +5,20 @@
 # /billing is copied into the final image.
 #
 #   docker build -t billing:dev .
-#   docker run --rm billing:dev migrate      # or: run (the default), demo, dlq replay
+#   docker run --rm billing:dev migrate      # or: run (the default), dlq replay
+#
+# The image holds the service only: `billing demo` and its test tooling are
+# built in by `make demo` (-tags demo), not here.
 
-FROM golang:1.26-bookworm AS build
+# Base images are pinned by digest (the tag says what it is, the digest which
+# build it is), so a rebuild of the same commit uses the same bases. These
+# digests were not resolved against the registries from this repository's
+# build machine (it has no registry access): they are the ones public
+# Dockerfiles pin for these same tags. Re-resolve before a release and when
+# bumping:
+#   docker buildx imagetools inspect golang:1.26-bookworm
+#   docker buildx imagetools inspect gcr.io/distroless/static-debian12:nonroot
+FROM golang:1.26-bookworm@sha256:a688600ca24f8a4d3ca77f95b0dd40704a9fc787c826660eb7ba0b641b8b175d AS build
 WORKDIR /src
 # Module download first, so source edits do not invalidate this layer.
 COPY go.mod go.sum ./
@@ -20,7 +31,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /billing ./cmd/billing
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:d093aa3e30dbadd3efe1310db061a14da60299baff8450a17fe0ccc514a16639
 COPY --from=build /billing /billing
 # 65532 is distroless's nonroot; deploy/base runs the pod as the same uid.
 USER nonroot:nonroot

@@ -191,6 +191,21 @@ func parseDockerfile(t *testing.T) []instruction {
 	return out
 }
 
+var pinnedImageRE = regexp.MustCompile(`^[^\s@]+:[^\s@]+@(sha256:[0-9a-f]{64})$`)
+
+// digestOf returns the digest of a FROM image, failing the test when the
+// image is not pinned as name:tag@sha256:… (the tag for readers, the digest
+// for reproducible builds).
+func digestOf(t *testing.T, image string) string {
+	t.Helper()
+	m := pinnedImageRE.FindStringSubmatch(image)
+	if m == nil {
+		t.Errorf("FROM %s: want name:tag@sha256:<digest>", image)
+		return "sha256:<digest>"
+	}
+	return m[1]
+}
+
 func TestDockerfile(t *testing.T) {
 	t.Parallel()
 	ins := parseDockerfile(t)
@@ -214,6 +229,7 @@ func TestDockerfile(t *testing.T) {
 	if !strings.HasPrefix(build[0].args, "golang:1.26") || !strings.HasSuffix(build[0].args, " AS build") {
 		t.Errorf("build stage: FROM %s, want golang:1.26… AS build", build[0].args)
 	}
+	digestOf(t, strings.TrimSuffix(build[0].args, " AS build"))
 	var built bool
 	for _, in := range build {
 		if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
@@ -233,7 +249,7 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"FROM":       "gcr.io/distroless/static-debian12:nonroot",
+		"FROM":       "gcr.io/distroless/static-debian12:nonroot@" + digestOf(t, final[0].args),
 		"COPY":       "--from=build /billing /billing",
 		"USER":       "nonroot:nonroot",
 		"EXPOSE":     fmt.Sprint(httpPort(t, configField(t, "BILLING_HTTP_ADDR").Tag.Get("default"))),

@@ -32,17 +32,51 @@ import (
 	"github.com/acme/billing/internal/config"
 )
 
-// The kustomizations under test. The overlay includes the base.
+// The kustomizations under test. The overlay includes the base; a name
+// with "+" is the base with those components (see renderNow).
 const (
 	baseDir    = "base"
 	overlayDir = "overlays/example"
 	obsDir     = "observability"
+	strimziDir = "strimzi"
 )
+
+// Components, under components/.
+const (
+	compMonitoring = "monitoring"
+	compHPA        = "hpa"
+	compKEDA       = "keda"
+)
+
+// kustomizations are what forEachKustomization renders: the base alone, each
+// component on it, the components that go together, and the example overlay.
+var kustomizations = []string{
+	baseDir,
+	baseDir + "+" + compMonitoring,
+	baseDir + "+" + compHPA,
+	baseDir + "+" + compKEDA,
+	baseDir + "+" + compMonitoring + "+" + compHPA,
+	baseDir + "+" + compMonitoring + "+" + compKEDA,
+	overlayDir,
+}
+
+// components returns the components a kustomization includes (the example
+// overlay's as its kustomization.yaml lists them).
+func components(dir string) map[string]bool {
+	out := map[string]bool{}
+	if dir == overlayDir {
+		out[compMonitoring], out[compKEDA] = true, true
+		return out
+	}
+	for _, c := range strings.Split(dir, "+")[1:] {
+		out[c] = true
+	}
+	return out
+}
 
 // Names every test expects in the rendered output.
 const (
 	appName      = "billing"
-	migrateJob   = "billing-migrate"
 	configMap    = "billing-config"
 	secretName   = "billing-secrets"
 	dashboardCM  = "billing-dashboard"
@@ -123,6 +157,14 @@ func newObject(apiVersion, kind string) any {
 		return &serviceMonitor{}
 	case "monitoring.coreos.com/v1 PrometheusRule":
 		return &prometheusRule{}
+	case "keda.sh/v1alpha1 ScaledObject":
+		return &scaledObject{}
+	case "keda.sh/v1alpha1 TriggerAuthentication":
+		return &triggerAuthentication{}
+	case "kafka.strimzi.io/v1beta2 KafkaTopic":
+		return &kafkaTopic{}
+	case "kafka.strimzi.io/v1beta2 KafkaUser":
+		return &kafkaUser{}
 	}
 	return nil
 }
@@ -165,6 +207,23 @@ func render(t *testing.T, dir string) *rendered {
 }
 
 func renderNow(dir string) (*rendered, error) {
+	if parts := strings.Split(dir, "+"); len(parts) > 1 {
+		// The base plus components: a kustomization written for the run,
+		// beside the real ones (kustomize takes relative paths only).
+		tmp, err := os.MkdirTemp(".", ".render-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../" + parts[0] + "\ncomponents:\n"
+		for _, c := range parts[1:] {
+			k += "  - ../components/" + c + "\n"
+		}
+		if err := os.WriteFile(tmp+"/kustomization.yaml", []byte(k), 0o644); err != nil {
+			return nil, err
+		}
+		dir = tmp
+	}
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
@@ -269,7 +328,7 @@ func httpPort(t *testing.T, addr string) int32 {
 
 func forEachKustomization(t *testing.T, f func(t *testing.T, dir string, r *rendered)) {
 	t.Helper()
-	for _, dir := range []string{baseDir, overlayDir} {
+	for _, dir := range kustomizations {
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
 			f(t, dir, render(t, dir))
@@ -296,17 +355,42 @@ func TestDecodeStrictRejectsUnknownFields(t *testing.T) {
 
 func TestRenderedObjects(t *testing.T) {
 	t.Parallel()
-	want := []string{
-		"Deployment/" + appName, "Job/" + migrateJob, "Service/" + appName,
-		"PodDisruptionBudget/" + appName, "HorizontalPodAutoscaler/" + appName,
-		"NetworkPolicy/" + appName, "ServiceMonitor/" + appName, "PrometheusRule/" + appName,
-		"ConfigMap/" + dashboardCM,
+	// What each piece brings; the base holds plain Kubernetes kinds only,
+	// so it applies on a cluster with no CRD installed.
+	base := []string{"Deployment/" + appName, "Service/" + appName, "PodDisruptionBudget/" + appName, "NetworkPolicy/" + appName}
+	byComponent := map[string][]string{
+		compMonitoring: {"ServiceMonitor/" + appName, "PrometheusRule/" + appName, "ConfigMap/" + dashboardCM},
+		compHPA:        {"HorizontalPodAutoscaler/" + appName},
+		compKEDA:       {"ScaledObject/" + appName},
 	}
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
-		for _, k := range want {
-			if _, ok := r.objects[k]; !ok {
+		comps := components(dir)
+		want := map[string]bool{}
+		for _, k := range base {
+			want[k] = true
+		}
+		for c, ks := range byComponent {
+			for _, k := range ks {
+				if comps[c] {
+					want[k] = true
+				} else if hasPrefix(r, k) {
+					t.Errorf("%s rendered without component %s", k, c)
+				}
+			}
+		}
+		for k := range want {
+			if !hasPrefix(r, k) {
 				t.Errorf("missing %s; have %v", k, keys(r.objects))
 			}
+		}
+		// Migrations run in the Deployment's init container. A Job's pod
+		// template is immutable, so a Job applied with each release fails
+		// the second apply: there is none.
+		if hasPrefix(r, "Job/") {
+			t.Errorf("a Job is rendered; migrations belong to the init container")
+		}
+		if comps[compHPA] && comps[compKEDA] {
+			t.Errorf("HPA and KEDA together: two autoscalers fight over the count")
 		}
 		configMapNamed(t, r, configMap)
 		for k, o := range r.objects {
@@ -316,7 +400,7 @@ func TestRenderedObjects(t *testing.T) {
 			meta := reflect.ValueOf(o).Elem().FieldByName("ObjectMeta").Interface().(metav1.ObjectMeta)
 			switch {
 			case k == "Namespace/billing":
-			case dir == baseDir && meta.Namespace != "":
+			case dir != overlayDir && meta.Namespace != "":
 				t.Errorf("%s: namespace %q in the base, want none (overlays set it)", k, meta.Namespace)
 			case dir == overlayDir && meta.Namespace != "billing":
 				t.Errorf("%s: namespace %q, want billing", k, meta.Namespace)
@@ -325,14 +409,24 @@ func TestRenderedObjects(t *testing.T) {
 	})
 }
 
+// hasPrefix reports whether r holds an object whose "Kind/name" key starts
+// with k (or is k).
+func hasPrefix(r *rendered, k string) bool {
+	for key := range r.objects {
+		if strings.HasPrefix(key, k) {
+			return true
+		}
+	}
+	return false
+}
+
 func TestDeploymentContract(t *testing.T) {
 	t.Parallel()
-	wantImage := map[string]string{
-		baseDir:    "billing:latest",
-		overlayDir: "registry.example.com/acme/billing:1.0.0",
-	}
-	wantReplicas := map[string]int32{baseDir: 3, overlayDir: 6}
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		wantImage := "billing:1.0.0"
+		if dir == overlayDir {
+			wantImage = "registry.example.com/acme/billing:1.0.0"
+		}
 		d := get[appsv1.Deployment](t, r, "Deployment", appName)
 		cm := configMapNamed(t, r, configMap)
 		spec := d.Spec.Template.Spec
@@ -340,14 +434,28 @@ func TestDeploymentContract(t *testing.T) {
 			t.Fatalf("containers: got %d, want 1", len(spec.Containers))
 		}
 		c := spec.Containers[0]
-		if got, want := c.Image, wantImage[dir]; got != want {
-			t.Errorf("image: got %q, want %q", got, want)
+		if got := c.Image; got != wantImage {
+			t.Errorf("image: got %q, want %q (a release tag, never latest)", got, wantImage)
 		}
 		if got, want := c.Args, []string{"run"}; !slices.Equal(got, want) {
 			t.Errorf("args: got %q, want %q", got, want)
 		}
-		if d.Spec.Replicas == nil || *d.Spec.Replicas != wantReplicas[dir] {
-			t.Errorf("replicas: got %v, want %d", deref(d.Spec.Replicas), wantReplicas[dir])
+		// The autoscaler owns the count: a replicas field would be reset
+		// by every apply, each time a group rebalance.
+		if d.Spec.Replicas != nil {
+			t.Errorf("replicas: got %d, want unset", *d.Spec.Replicas)
+		}
+		// Migrations run in an init container of every pod, before the
+		// service, with the service's own image and configuration.
+		if len(spec.InitContainers) != 1 {
+			t.Fatalf("initContainers: got %d, want 1 (migrate)", len(spec.InitContainers))
+		}
+		ic := spec.InitContainers[0]
+		if !slices.Equal(ic.Args, []string{"migrate"}) || ic.Image != c.Image {
+			t.Errorf("init container: %s %q, want %s [migrate]", ic.Image, ic.Args, c.Image)
+		}
+		if !reflect.DeepEqual(ic.EnvFrom, c.EnvFrom) {
+			t.Errorf("init container envFrom %+v differs from the service's %+v", ic.EnvFrom, c.EnvFrom)
 		}
 		if sel, err := metav1.LabelSelectorAsMap(d.Spec.Selector); err != nil || !subset(sel, d.Spec.Template.Labels) {
 			t.Errorf("selector %v does not select the pod labels %v (%v)", d.Spec.Selector, d.Spec.Template.Labels, err)
@@ -450,29 +558,6 @@ func TestGoRuntimeFollowsLimits(t *testing.T) {
 	})
 }
 
-func TestMigrateJob(t *testing.T) {
-	t.Parallel()
-	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
-		j := get[batchv1.Job](t, r, "Job", migrateJob)
-		d := get[appsv1.Deployment](t, r, "Deployment", appName)
-		spec := j.Spec.Template.Spec
-		if len(spec.Containers) != 1 {
-			t.Fatalf("containers: got %d, want 1", len(spec.Containers))
-		}
-		c := spec.Containers[0]
-		if got, want := c.Args, []string{"migrate"}; !slices.Equal(got, want) {
-			t.Errorf("args: got %q, want %q", got, want)
-		}
-		if got, want := c.Image, d.Spec.Template.Spec.Containers[0].Image; got != want {
-			t.Errorf("image: got %q, want the Deployment's %q", got, want)
-		}
-		if spec.RestartPolicy != corev1.RestartPolicyNever && spec.RestartPolicy != corev1.RestartPolicyOnFailure {
-			t.Errorf("restartPolicy: got %q, want Never or OnFailure", spec.RestartPolicy)
-		}
-		checkPodSecurity(t, spec)
-	})
-}
-
 // checkPodSecurity holds every container of spec to the restricted profile.
 func checkPodSecurity(t *testing.T, spec corev1.PodSpec) {
 	t.Helper()
@@ -483,7 +568,7 @@ func checkPodSecurity(t *testing.T, spec corev1.PodSpec) {
 	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("pod seccompProfile: want RuntimeDefault")
 	}
-	for _, c := range spec.Containers {
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 		sc := c.SecurityContext
 		if sc == nil {
 			t.Errorf("container %s: no securityContext", c.Name)
@@ -557,11 +642,9 @@ func TestEnvironmentIsKnownConfig(t *testing.T) {
 	for _, n := range config.Names() {
 		names[n] = true
 	}
-	secretVars := map[string]bool{"BILLING_DATABASE_URL": true, "BILLING_KAFKA_SASL_PASSWORD": true}
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
 		d := get[appsv1.Deployment](t, r, "Deployment", appName)
-		j := get[batchv1.Job](t, r, "Job", migrateJob)
-		for _, c := range []corev1.Container{d.Spec.Template.Spec.Containers[0], j.Spec.Template.Spec.Containers[0]} {
+		for _, c := range append(slices.Clone(d.Spec.Template.Spec.InitContainers), d.Spec.Template.Spec.Containers...) {
 			env := containerEnv(t, r, c)
 			all := append(append(keys(env.fromConfigMap), keys(env.fromSecret)...), env.other...)
 			for _, n := range all {
@@ -590,7 +673,7 @@ func TestEnvironmentIsKnownConfig(t *testing.T) {
 				n := config.Prefix + "_" + f.Tag.Get("envconfig")
 				_, inCM := env.fromConfigMap[n]
 				ref, inSecret := env.fromSecret[n]
-				if !inCM && !(inSecret && !isTrue(ref.Optional)) {
+				if !inCM && (!inSecret || isTrue(ref.Optional)) {
 					t.Errorf("container %s: required %s is provided by neither the ConfigMap nor a non-optional Secret key", c.Name, n)
 				}
 			}
@@ -608,11 +691,13 @@ func TestBaseConfigMapHoldsDefaults(t *testing.T) {
 		def, hasDef := f.Tag.Lookup("default")
 		got, ok := cm.Data[n]
 		switch {
+		case secretVars[n] && ok:
+			t.Errorf("%s: in %s, want it from the Secret %s only", n, configMap, secretName)
 		case hasDef && !ok:
 			t.Errorf("%s: missing from %s, want its default %q", n, configMap, def)
 		case hasDef && got != def:
 			t.Errorf("%s: got %q, want the default %q", n, got, def)
-		case f.Tag.Get("required") == "true" && f.Type.Name() != "Secret" && !ok:
+		case f.Tag.Get("required") == "true" && f.Type.Name() != "Secret" && !secretVars[n] && !ok:
 			t.Errorf("%s: required, want a placeholder in %s", n, configMap)
 		case !hasDef && ok && got == "":
 			// envconfig treats an empty value as set: an int would not parse.
@@ -620,6 +705,10 @@ func TestBaseConfigMapHoldsDefaults(t *testing.T) {
 		}
 	}
 }
+
+// secretVars come from the Secret billing-secrets: passwords, and URLs that
+// carry them (the DSN, the gateway URL's user info).
+var secretVars = map[string]bool{"BILLING_DATABASE_URL": true, "BILLING_KAFKA_SASL_PASSWORD": true, "BILLING_PAYMENT_BASE_URL": true}
 
 // loadConfigEnv makes the test binary, run as a child, call config.Load and
 // exit (see TestMain).
@@ -675,6 +764,11 @@ func TestRenderedConfigLoads(t *testing.T) {
 		env := containerEnv(t, r, d.Spec.Template.Spec.Containers[0])
 		vars := maps.Clone(env.fromConfigMap)
 		vars["BILLING_DATABASE_URL"] = "postgres://billing:secret@postgres:5432/billing?sslmode=verify-full"
+		vars["BILLING_PAYMENT_BASE_URL"] = "https://user:secret@api.payments.example.com/v1"
+		if f := vars["BILLING_KAFKA_TLS_CA_FILE"]; f != "" {
+			// Mounted in the pod (TestKafkaCAMounted); a real PEM here.
+			vars["BILLING_KAFKA_TLS_CA_FILE"] = testCAFile(t)
+		}
 		if err := loadConfig(t, vars); err != nil {
 			t.Errorf("config.Load with the ConfigMap and a database URL: %v", err)
 		}
@@ -697,15 +791,12 @@ func TestScrapingAndDisruption(t *testing.T) {
 	t.Parallel()
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
 		d := get[appsv1.Deployment](t, r, "Deployment", appName)
-		j := get[batchv1.Job](t, r, "Job", migrateJob)
 		pods := d.Spec.Template.Labels
 		svc := get[corev1.Service](t, r, "Service", appName)
 		if !subset(svc.Spec.Selector, pods) {
 			t.Errorf("Service selector %v does not select the Deployment's pods %v", svc.Spec.Selector, pods)
 		}
-		if subset(svc.Spec.Selector, j.Spec.Template.Labels) {
-			t.Errorf("Service selector %v also selects the migrate Job", svc.Spec.Selector)
-		}
+
 		if !svc.Spec.PublishNotReadyAddresses {
 			t.Errorf("Service publishNotReadyAddresses: got false, want true (a paused pod must still be scraped)")
 		}
@@ -713,12 +804,14 @@ func TestScrapingAndDisruption(t *testing.T) {
 			t.Errorf("Service ports: got %+v, want http 8080 -> http", svc.Spec.Ports)
 		}
 
-		sm := get[serviceMonitor](t, r, "ServiceMonitor", appName)
-		if sel, err := metav1.LabelSelectorAsMap(&sm.Spec.Selector); err != nil || !subset(sel, svc.Labels) {
-			t.Errorf("ServiceMonitor selector %v does not select Service labels %v", sm.Spec.Selector, svc.Labels)
-		}
-		if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
-			t.Errorf("ServiceMonitor endpoints: got %+v, want port http path /metrics", sm.Spec.Endpoints)
+		if components(dir)[compMonitoring] {
+			sm := get[serviceMonitor](t, r, "ServiceMonitor", appName)
+			if sel, err := metav1.LabelSelectorAsMap(&sm.Spec.Selector); err != nil || !subset(sel, svc.Labels) {
+				t.Errorf("ServiceMonitor selector %v does not select Service labels %v", sm.Spec.Selector, svc.Labels)
+			}
+			if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
+				t.Errorf("ServiceMonitor endpoints: got %+v, want port http path /metrics", sm.Spec.Endpoints)
+			}
 		}
 
 		pdb := get[policyv1.PodDisruptionBudget](t, r, "PodDisruptionBudget", appName)
@@ -730,7 +823,7 @@ func TestScrapingAndDisruption(t *testing.T) {
 		}
 
 		np := get[networkingv1.NetworkPolicy](t, r, "NetworkPolicy", appName)
-		for what, l := range map[string]map[string]string{"Deployment": pods, "Job": j.Spec.Template.Labels} {
+		for what, l := range map[string]map[string]string{"Deployment": pods} {
 			if sel, err := metav1.LabelSelectorAsMap(&np.Spec.PodSelector); err != nil || !subset(sel, l) {
 				t.Errorf("NetworkPolicy podSelector %v does not select the %s's pods %v", np.Spec.PodSelector, what, l)
 			}
@@ -762,27 +855,33 @@ func TestScrapingAndDisruption(t *testing.T) {
 	})
 }
 
+// partitionsOf reads the partition-count annotation of an autoscaler.
+func partitionsOf(t *testing.T, meta metav1.ObjectMeta) int32 {
+	t.Helper()
+	n, err := strconv.Atoi(meta.Annotations[partitionsAn])
+	if err != nil || n < 1 {
+		t.Fatalf("%s: annotation %s: got %q, want the topic's partition count", meta.Name, partitionsAn, meta.Annotations[partitionsAn])
+	}
+	return int32(n)
+}
+
 func TestAutoscaler(t *testing.T) {
 	t.Parallel()
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		if !components(dir)[compHPA] {
+			return
+		}
 		h := get[autoscalingv2.HorizontalPodAutoscaler](t, r, "HorizontalPodAutoscaler", appName)
 		d := get[appsv1.Deployment](t, r, "Deployment", appName)
 		cm := configMapNamed(t, r, configMap)
 		if ref := h.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != d.Name || ref.APIVersion != "apps/v1" {
 			t.Errorf("scaleTargetRef: got %+v, want apps/v1 Deployment %s", ref, d.Name)
 		}
-		partitions, err := strconv.Atoi(h.Annotations[partitionsAn])
-		if err != nil || partitions < 1 {
-			t.Fatalf("annotation %s: got %q, want the topic's partition count", partitionsAn, h.Annotations[partitionsAn])
-		}
-		if h.Spec.MaxReplicas > int32(partitions) {
+		if partitions := partitionsOf(t, h.ObjectMeta); h.Spec.MaxReplicas > partitions {
 			t.Errorf("maxReplicas %d > %d partitions: the extra consumers would sit idle", h.Spec.MaxReplicas, partitions)
 		}
 		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas != 2 || *h.Spec.MinReplicas > h.Spec.MaxReplicas {
 			t.Errorf("minReplicas: got %v, want 2 (<= maxReplicas %d)", deref(h.Spec.MinReplicas), h.Spec.MaxReplicas)
-		}
-		if d.Spec.Replicas != nil && h.Spec.MinReplicas != nil && (*d.Spec.Replicas > h.Spec.MaxReplicas || *d.Spec.Replicas < *h.Spec.MinReplicas) {
-			t.Errorf("Deployment replicas %d outside the HPA's [%d, %d]", *d.Spec.Replicas, *h.Spec.MinReplicas, h.Spec.MaxReplicas)
 		}
 		if len(h.Spec.Metrics) != 1 || h.Spec.Metrics[0].External == nil {
 			t.Fatalf("metrics: got %+v, want one External metric", h.Spec.Metrics)
@@ -800,6 +899,118 @@ func TestAutoscaler(t *testing.T) {
 	})
 }
 
+// TestKEDAScaledObject: the Kafka scaler reads the service's own group and
+// main topic from the service's brokers, and never asks for more pods than
+// partitions.
+func TestKEDAScaledObject(t *testing.T) {
+	t.Parallel()
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		if !components(dir)[compKEDA] {
+			return
+		}
+		so := get[scaledObject](t, r, "ScaledObject", appName)
+		d := get[appsv1.Deployment](t, r, "Deployment", appName)
+		cm := configMapNamed(t, r, configMap)
+		if ref := so.Spec.ScaleTargetRef; ref.Name != d.Name || (ref.Kind != "" && ref.Kind != "Deployment") {
+			t.Errorf("scaleTargetRef: got %+v, want Deployment %s", ref, d.Name)
+		}
+		partitions := partitionsOf(t, so.ObjectMeta)
+		if so.Spec.MaxReplicaCount == nil || *so.Spec.MaxReplicaCount > partitions {
+			t.Errorf("maxReplicaCount %v, want at most %d partitions", deref(so.Spec.MaxReplicaCount), partitions)
+		}
+		if so.Spec.MinReplicaCount == nil || *so.Spec.MinReplicaCount < 1 {
+			t.Errorf("minReplicaCount %v, want at least 1 (scaling to zero hides the pods' metrics)", deref(so.Spec.MinReplicaCount))
+		}
+		if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != "kafka" {
+			t.Fatalf("triggers: got %+v, want one kafka trigger", so.Spec.Triggers)
+		}
+		tr := so.Spec.Triggers[0]
+		for key, env := range map[string]string{
+			"bootstrapServers": "BILLING_KAFKA_BROKERS",
+			"consumerGroup":    "BILLING_KAFKA_GROUP_ID",
+			"topic":            "BILLING_KAFKA_TOPIC",
+		} {
+			if got, want := tr.Metadata[key], effective(t, cm, env); got != want {
+				t.Errorf("trigger %s: got %q, want %q (%s)", key, got, want, env)
+			}
+		}
+		if tr.Metadata["allowIdleConsumers"] != "false" {
+			t.Errorf("allowIdleConsumers: got %q, want \"false\"", tr.Metadata["allowIdleConsumers"])
+		}
+		if n, err := strconv.Atoi(tr.Metadata["lagThreshold"]); err != nil || n <= 0 {
+			t.Errorf("lagThreshold: got %q, want a positive lag per pod", tr.Metadata["lagThreshold"])
+		}
+		tls := effective(t, cm, "BILLING_KAFKA_TLS_ENABLED") == "true"
+		if got := tr.Metadata["tls"] == "enable"; got != tls {
+			t.Errorf("trigger tls %q, service BILLING_KAFKA_TLS_ENABLED %v", tr.Metadata["tls"], tls)
+		}
+		if effective(t, cm, "BILLING_KAFKA_SASL_MECHANISM") != "" || tls {
+			if tr.AuthenticationRef == nil {
+				t.Fatalf("brokers with TLS or SASL, trigger without authenticationRef")
+			}
+			ta := get[triggerAuthentication](t, r, "TriggerAuthentication", tr.AuthenticationRef.Name)
+			params := map[string]bool{}
+			for _, s := range ta.Spec.SecretTargetRef {
+				params[s.Parameter] = true
+			}
+			for _, e := range ta.Spec.Env {
+				params[e.Parameter] = true
+			}
+			for _, p := range []string{"username", "password", "ca"} {
+				if !params[p] {
+					t.Errorf("TriggerAuthentication %s: no %s", ta.Name, p)
+				}
+			}
+		}
+	})
+}
+
+// TestKafkaCAMounted: a CA file the configuration names is mounted, read
+// only, in every container that loads the configuration (the root
+// filesystem is read-only, so it cannot be anywhere else).
+func TestKafkaCAMounted(t *testing.T) {
+	t.Parallel()
+	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		cm := configMapNamed(t, r, configMap)
+		ca := effective(t, cm, "BILLING_KAFKA_TLS_CA_FILE")
+		if dir == overlayDir && (ca == "" || effective(t, cm, "BILLING_KAFKA_TLS_ENABLED") != "true") {
+			t.Errorf("example overlay: TLS %q with CA file %q, want TLS on with a mounted CA", effective(t, cm, "BILLING_KAFKA_TLS_ENABLED"), ca)
+		}
+		if ca == "" {
+			return
+		}
+		d := get[appsv1.Deployment](t, r, "Deployment", appName)
+		spec := d.Spec.Template.Spec
+		vols := map[string]corev1.Volume{}
+		for _, v := range spec.Volumes {
+			vols[v.Name] = v
+		}
+		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			var ok bool
+			for _, m := range c.VolumeMounts {
+				v := vols[m.Name]
+				if strings.HasPrefix(ca, strings.TrimSuffix(m.MountPath, "/")+"/") && m.ReadOnly && (v.Secret != nil || v.ConfigMap != nil) {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("container %s: %s is on no read-only Secret or ConfigMap mount", c.Name, ca)
+			}
+		}
+	})
+}
+
+// testCAFile returns a file for BILLING_KAFKA_TLS_CA_FILE: config.Load only
+// checks that it can be read.
+func testCAFile(t *testing.T) string {
+	t.Helper()
+	f := t.TempDir() + "/ca.crt"
+	if err := os.WriteFile(f, []byte("-----BEGIN CERTIFICATE-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func TestDashboardConfigMap(t *testing.T) {
 	t.Parallel()
 	want, err := os.ReadFile(obsDir + "/billing-dashboard.json")
@@ -807,6 +1018,9 @@ func TestDashboardConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
+		if !components(dir)[compMonitoring] {
+			return
+		}
 		cm := get[corev1.ConfigMap](t, r, "ConfigMap", dashboardCM)
 		if got := cm.Labels["grafana_dashboard"]; got != "1" {
 			t.Errorf("label grafana_dashboard: got %q, want \"1\"", got)

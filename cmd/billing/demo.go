@@ -1,3 +1,9 @@
+//go:build demo
+
+// The demo links an in-process Kafka broker, a throwaway-Postgres starter and
+// a stub gateway: test tooling the service image must not carry. It is built
+// only with -tags demo (`make demo`); nodemo.go stands in otherwise.
+
 package main
 
 import (

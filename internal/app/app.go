@@ -85,6 +85,7 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	a.Metrics = metrics.New(a.reg, true)
 	bi := version.Get()
 	metrics.RegisterBuildInfo(a.reg, bi.Version, bi.Revision, bi.GoVersion)
+	a.Metrics.InFlight.WithLabelValues(cfg.KafkaTopic) // exported at 0 from the first scrape
 	if a.tune.CommitInterval == 0 {
 		a.tune.CommitInterval = 200 * time.Millisecond
 	}
@@ -539,6 +540,10 @@ func (a *App) updateLag(ctx context.Context) {
 		for p, v := range lag {
 			a.Metrics.ConsumerLag.WithLabelValues(topic, strconv.Itoa(p)).Set(float64(v))
 		}
+	}
+	// DLQ depth from the brokers: sticky, unlike a rate of dead letters.
+	if n, err := a.kc.Records(ctx, a.cfg.KafkaDLQTopic); err == nil {
+		a.Metrics.DLQRecords.WithLabelValues(a.cfg.KafkaDLQTopic).Set(float64(n))
 	}
 }
 

@@ -15,7 +15,7 @@ type Metrics struct {
 	PaymentRequests  *prometheus.CounterVec // code
 	PaymentDuration  prometheus.Histogram   //
 	ConsumerLag      *prometheus.GaugeVec   // topic, partition
-	InFlight         prometheus.Gauge       //
+	InFlight         *prometheus.GaugeVec   // topic
 	DedupRowsDeleted prometheus.Counter     //
 	DedupPartitions  prometheus.Gauge       //
 	ConsumerPaused   prometheus.Gauge       //
@@ -24,6 +24,8 @@ type Metrics struct {
 	HandlerPanics    prometheus.Counter     //
 	MaintenanceRuns  *prometheus.CounterVec // result
 	MaintenanceLast  prometheus.Gauge       //
+	DLQRecords       *prometheus.GaugeVec   // topic
+	EventDelay       prometheus.Histogram   //
 	DBPool           *PoolCollector         // billing_db_pool_*, once Watch is called
 	InvoicesPending  prometheus.Gauge       // from Postgres, by the pending completer
 	PendingOldest    prometheus.Gauge       // from Postgres, by the pending completer
@@ -45,7 +47,7 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 		}, []string{"outcome"}),
 		HandleDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "billing_handle_duration_seconds",
-			Help:    "Time to handle one event, from fetch to final outcome (including routing to a retry tier or the DLQ).",
+			Help:    "Time to handle one event, from the start of its handling (after a retry record's x-not-before) to its final outcome, including routing to a retry tier or the DLQ.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
 		PaymentRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -61,10 +63,10 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Name: "billing_consumer_lag",
 			Help: "Messages between the consumer group's committed offset and the partition's high-water mark.",
 		}, []string{"topic", "partition"}),
-		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "billing_in_flight",
-			Help: "Events fetched and not yet final in this process.",
-		}),
+			Help: "Events fetched and not yet final in this process, by topic (the main topic or a retry tier).",
+		}, []string{"topic"}),
 		DedupRowsDeleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "billing_dedup_rows_deleted_total",
 			Help: "processed_event rows removed by retention (dropped partitions and batched deletes).",
@@ -105,13 +107,27 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Name: "billing_invoice_pending_oldest_seconds",
 			Help: "How long the oldest pending invoice has been pending under its Idempotency-Key, as of the pending completer's last pass; must stay well under BILLING_GATEWAY_KEY_TTL.",
 		}),
+		// Read from the brokers (high-water mark minus log start, summed over
+		// partitions), so it stays up after the dead letter that raised it:
+		// an alert on it does not resolve by itself minutes later.
+		DLQRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "billing_dlq_records",
+			Help: "Records in the DLQ topic, as the brokers count them (sum over partitions of high-water mark minus log start).",
+		}, []string{"topic"}),
+		// The SLI of deploy/README.md ("orders final within 60 s"): 60 must
+		// stay a bucket boundary.
+		EventDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "billing_event_delay_seconds",
+			Help:    "Time from an order's occurred_at (the record's timestamp when it cannot be read) to its final outcome, once per final event.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
+		}),
 		DBPool:   newPoolCollector(),
 		Gathered: reg,
 	}
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
 		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool,
-		m.InvoicesPending, m.PendingOldest, m.HandlerPanics)
+		m.InvoicesPending, m.PendingOldest, m.HandlerPanics, m.DLQRecords, m.EventDelay)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -288,7 +288,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 		}
 		inGen.Add(1)
 		c.inFlight.Add(1)
-		c.m.InFlight.Inc()
+		c.m.InFlight.WithLabelValues(msg.Topic).Inc()
 		d.dispatch(delivery{msg: msg, fetched: c.now(), stop: ctx, part: ps, gen: inGen})
 	}
 }
@@ -298,9 +298,8 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 // (x-not-before, outage backoff) end with dl.stop; work ends with work.
 func (c *Consumer) process(work context.Context, dl delivery) {
 	msg := dl.msg
-	start := c.now()
 	defer func() {
-		c.m.InFlight.Dec()
+		c.m.InFlight.WithLabelValues(msg.Topic).Dec()
 		c.inFlight.Add(-1)
 		c.budget.release(recordBytes(msg))
 		dl.gen.Done()
@@ -320,6 +319,7 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg, dl.fetched) {
 		return
 	}
+	start := c.now() // after the wait: handle latency is the work, not the delay
 	bo := backoff{min: c.opts.OutageBackoffMin, max: c.opts.OutageBackoffMax}
 	var heldFor order.Dependency // the outage this event last met; its retry is a probe of it
 	for attempt := 0; ; attempt++ {
@@ -392,7 +392,9 @@ func (c *Consumer) handle(ctx context.Context, msg kafkago.Message, log func() *
 
 func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 	c.m.Events.WithLabelValues(string(outcome)).Inc()
-	c.m.HandleDuration.Observe(c.now().Sub(start).Seconds())
+	now := c.now()
+	c.m.HandleDuration.Observe(now.Sub(start).Seconds())
+	c.m.EventDelay.Observe(now.Sub(eventTime(dl.msg)).Seconds())
 	dl.part.done(dl.msg.Offset)
 }
 

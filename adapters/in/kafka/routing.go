@@ -132,8 +132,8 @@ type routeResult int
 
 const (
 	whole   routeResult = iota // written as it is
-	stubbed                 // written without its value (x-value-omitted)
-	givenUp                 // refused even without its value: not written
+	stubbed                    // written without its value (x-value-omitted)
+	givenUp                    // refused even without its value: not written
 )
 
 // deliver writes msg and returns once a write is acknowledged or given up
