@@ -29,7 +29,7 @@ func testCtx(t *testing.T) context.Context {
 // list it in ignore_startup_parameters refuses every connection.
 func TestBillingStartupParametersNeedIgnoring(t *testing.T) {
 	ctx := testCtx(t)
-	_, dsn := pgtest.NewDB(t)
+	direct, dsn := pgtest.NewDB(t)
 	b := pgbouncertest.Start(t, dsn, pgbouncertest.Options{NoIgnoreStartupParameters: true})
 	pool, err := postgres.NewPool(ctx, b.DSN(t, dsn), 2)
 	if err == nil {
@@ -40,17 +40,54 @@ func TestBillingStartupParametersNeedIgnoring(t *testing.T) {
 		t.Errorf("NewPool() error = %v, want PgBouncer's unsupported startup parameter", err)
 	}
 
+	// Ignored, the parameter is dropped: the role setting the deploy
+	// README prescribes is what applies.
 	b2 := pgbouncertest.Start(t, dsn, pgbouncertest.Options{})
 	pool, err = postgres.NewPool(ctx, b2.DSN(t, dsn), 2)
 	if err != nil {
 		t.Fatalf("NewPool() through PgBouncer with ignore_startup_parameters: %v", err)
 	}
-	pool.Close()
+	defer pool.Close()
+	if got := showIdleInTx(ctx, t, pool); got != "0" {
+		t.Errorf("idle_in_transaction_session_timeout through PgBouncer without a role setting = %q, want 0 (dropped)", got)
+	}
+	if _, err := direct.Exec(ctx, "ALTER ROLE CURRENT_USER IN DATABASE "+pgx.Identifier{dbName(ctx, t, direct)}.Sanitize()+
+		" SET idle_in_transaction_session_timeout = '60s'"); err != nil {
+		t.Fatal(err)
+	}
+	b3 := pgbouncertest.Start(t, dsn, pgbouncertest.Options{})
+	pool3, err := postgres.NewPool(ctx, b3.DSN(t, dsn), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool3.Close()
+	if got := showIdleInTx(ctx, t, pool3); got != "1min" {
+		t.Errorf("idle_in_transaction_session_timeout through PgBouncer with the role setting = %q, want 1min", got)
+	}
+}
+
+func showIdleInTx(ctx context.Context, t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var v string
+	if err := pool.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func dbName(ctx context.Context, t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var v string
+	if err := pool.QueryRow(ctx, "SELECT current_database()").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // TestExecModes: pgx's default mode (named prepared statements, cached per
 // client connection) breaks through PgBouncer 1.18 in transaction mode
-// once clients share server connections; the exec mode does not.
+// once clients share server connections; the exec mode (and
+// cache_describe) does not.
 func TestExecModes(t *testing.T) {
 	_, dsn := pgtest.NewDB(t)
 	b := pgbouncertest.Start(t, dsn, pgbouncertest.Options{PoolSize: 2})
@@ -60,6 +97,7 @@ func TestExecModes(t *testing.T) {
 	}{
 		{"cache_statement", true},
 		{pgbouncertest.ExecMode, false},
+		{"cache_describe", false},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			ctx := testCtx(t)
