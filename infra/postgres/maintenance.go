@@ -14,9 +14,9 @@ import (
 	"github.com/acme/billing/internal/metrics"
 )
 
-// dedupLockKey is the pg_try_advisory_xact_lock key that lets one process at a time
-// maintain processed_event's partitions ("billdedp" in ASCII; distinct from
-// migrateLockKey).
+// dedupLockKey is the pg_try_advisory_xact_lock key that lets one process
+// at a time maintain processed_event's partitions ("billdedp" in ASCII;
+// distinct from migrateLockKey).
 const dedupLockKey int64 = 0x62696c6c_64656470
 
 // Defaults of DedupOptions.
@@ -289,7 +289,7 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 		moved, created, err := createPartition(ctx, sess, p)
 		if errors.Is(err, errMaintenanceBusy) {
 			res.Skipped = true
-			return res, nil
+			return res, passErr(deadline, errs) // nil unless earlier steps failed
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("create partition %s: %w", p.name, err))
@@ -314,7 +314,7 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 		dropped, rows, err := dropPartition(ctx, sess, p, cutoff)
 		if errors.Is(err, errMaintenanceBusy) {
 			res.Skipped = true
-			return res, nil
+			return res, passErr(deadline, errs) // nil unless earlier steps failed
 		}
 		if errors.Is(err, errPartitionGone) {
 			continue // another process dropped it since the list
@@ -343,7 +343,7 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 			m.addDeleted(n)
 			if errors.Is(err, errMaintenanceBusy) {
 				res.Skipped = true
-				return res, nil
+				return res, passErr(deadline, errs)
 			}
 			if err != nil {
 				errs = append(errs, err)
