@@ -15,7 +15,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## install what the tests need (Postgres server, JDK, Maven, Kafka broker jars) if missing
+deps: ## install what the tests need (Postgres server, PgBouncer, JDK, Maven, Kafka broker jars) if missing
 	@scripts/deps.sh
 
 .PHONY: build

@@ -7,23 +7,26 @@
 #   postgres        a PostgreSQL server binary under /usr/lib/postgresql/*/bin;
 #                   the tests start throwaway clusters of their own, so the
 #                   package's system cluster is never started
+#   pgbouncer       PgBouncer, for the tests that run billing behind it in
+#                   transaction mode (internal/pgbouncertest); its system
+#                   service is never started
 #   java, mvn       to fetch and run the real Kafka broker
 #   kafka jars      scripts/kafka.sh fetch
 #
 #   scripts/deps.sh                 everything
-#   scripts/deps.sh postgres java   only those (go, make, postgres, java, kafka)
+#   scripts/deps.sh postgres java   only those (go, make, postgres, pgbouncer, java, kafka)
 #
 # Installing needs root (CI runs as root). Prints one line per thing checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 checks=("$@")
-[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres java kafka)
+[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres pgbouncer java kafka)
 for c in "${checks[@]}"; do
 	case $c in
-	go | make | postgres | java | kafka) ;;
+	go | make | postgres | pgbouncer | java | kafka) ;;
 	*)
-		echo "deps: unknown check $c (go, make, postgres, java, kafka)" >&2
+		echo "deps: unknown check $c (go, make, postgres, pgbouncer, java, kafka)" >&2
 		exit 2
 		;;
 	esac
@@ -65,16 +68,8 @@ check_postgres() {
 		echo "postgres: $pg ($("$pg" --version))"
 		return
 	fi
-	# policy-rc.d (exit 101) stops the package from starting its system cluster:
-	# tests run their own clusters, and a running one would only hold a port.
-	own_policy=
-	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-		chmod +x /usr/sbin/policy-rc.d
-		own_policy=1
-	fi
-	apt_install postgresql
-	if [[ -n $own_policy ]]; then rm -f /usr/sbin/policy-rc.d; fi
+	# Tests run their own clusters, and a running one would only hold a port.
+	apt_install_no_start postgresql
 	# In case a cluster was started all the same (a policy-rc.d that allows it).
 	if command -v pg_lsclusters >/dev/null; then
 		pg_lsclusters -h 2>/dev/null | awk '$4 ~ /^online/ {print $1, $2}' | while read -r ver name; do
@@ -87,6 +82,32 @@ check_postgres() {
 		exit 1
 	}
 	echo "postgres: $pg ($("$pg" --version)), installed"
+}
+
+# apt_install_no_start installs packages without starting their system
+# services: policy-rc.d (exit 101) tells invoke-rc.d not to. An existing
+# policy-rc.d (a container image's) is left as it is.
+apt_install_no_start() {
+	local own_policy=
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		own_policy=1
+	fi
+	apt_install "$@"
+	if [[ -n $own_policy ]]; then rm -f /usr/sbin/policy-rc.d; fi
+}
+
+check_pgbouncer() {
+	if ! command -v pgbouncer >/dev/null; then
+		# Tests start their own PgBouncer on a free port; the package's
+		# service would only hold 6432.
+		apt_install_no_start pgbouncer
+		if command -v systemctl >/dev/null && systemctl is-active --quiet pgbouncer 2>/dev/null; then
+			systemctl stop pgbouncer || true
+		fi
+	fi
+	echo "pgbouncer: $(command -v pgbouncer) ($(pgbouncer --version | head -n 1))"
 }
 
 check_java() {
@@ -102,6 +123,6 @@ check_kafka() {
 	bash scripts/kafka.sh fetch
 }
 
-for c in go make postgres java kafka; do
+for c in go make postgres pgbouncer java kafka; do
 	if want "$c"; then "check_$c"; fi
 done

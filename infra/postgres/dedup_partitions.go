@@ -132,8 +132,8 @@ type querier interface {
 // pass. Every transaction it begins carries them to the server as
 // statement_timeout (the time left in the pass) and lock_timeout: the
 // server, not the client, ends a statement that runs out of time, so the
-// connection stays usable and the pass can roll back and release its
-// advisory lock. (When the client gives up first, pgx closes the
+// connection stays usable and the pass can roll back, which releases the
+// maintenance lock. (When the client gives up first, pgx closes the
 // connection, and a backend blocked on a lock would not notice until the
 // lock came, holding the maintenance lock until then.)
 type session struct {
@@ -142,12 +142,22 @@ type session struct {
 	lockTimeout time.Duration // longest wait for one table lock
 }
 
+// errMaintenanceBusy: another process's maintenance transaction holds the
+// lock.
+var errMaintenanceBusy = errors.New("another process is maintaining processed_event")
+
+// errPartitionGone: the partition to drop was dropped since it was listed.
+var errPartitionGone = errors.New("partition already dropped")
+
 // errPassTimeout marks a pass that ran out of time.
 var errPassTimeout = fmt.Errorf("pass timed out: %w", context.DeadlineExceeded)
 
 // begin starts a transaction bounded by the rest of the pass and by
-// lockTimeout. Maintenance takes strong locks that inserts into
+// lockTimeout, holding the maintenance lock (errMaintenanceBusy when another
+// process holds it). Maintenance takes strong locks that inserts into
 // processed_event would queue behind; it gives up rather than stall billing.
+// The lock is transaction-scoped: a session lock would stay on whichever
+// server session a pooler in transaction mode lent for the statement.
 func (s session) begin(ctx context.Context) (pgx.Tx, error) {
 	left := time.Until(s.deadline)
 	if left <= 0 {
@@ -161,6 +171,15 @@ func (s session) begin(ctx context.Context) (pgx.Tx, error) {
 		pgMillis(left), pgMillis(min(left, s.lockTimeout))); err != nil {
 		rollback(ctx, tx)
 		return nil, fmt.Errorf("set timeouts: %w", err)
+	}
+	var locked bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", dedupLockKey).Scan(&locked); err != nil {
+		rollback(ctx, tx)
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	if !locked {
+		rollback(ctx, tx)
+		return nil, errMaintenanceBusy
 	}
 	return tx, nil
 }
@@ -184,23 +203,32 @@ func pgMillis(d time.Duration) string { return fmt.Sprintf("%dms", max(d.Millise
 // An insert into p's range that was routed to DEFAULT before the commit and
 // waited for the lock fails with SQLSTATE 23514 on processed_event_default;
 // Store.Reserve runs its transaction again in place (the row now
-// goes to p), or reports it as transient. moved is the number of rows moved.
-func createPartition(ctx context.Context, s session, p partition, hasDefault bool) (int64, error) {
+// goes to p), or reports it as transient. moved is the number of rows moved;
+// created is false when, under the lock, a partition covering p's range
+// already exists (another process made it since the pass listed them).
+func createPartition(ctx context.Context, s session, p partition) (moved int64, created bool, err error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer rollback(ctx, tx) // a no-op once committed
-	var moved int64
+	parts, err := listPartitions(ctx, tx)
+	if err != nil {
+		return 0, false, err
+	}
+	if slices.ContainsFunc(parts, func(q partition) bool { return q.overlaps(p.lo, p.hi) }) {
+		return 0, false, nil
+	}
+	hasDefault := slices.ContainsFunc(parts, func(q partition) bool { return q.isDefault })
 	name := pgx.Identifier{p.name}.Sanitize()
 	lo, hi := pgtype.UUID{Bytes: p.lo, Valid: true}, pgtype.UUID{Bytes: p.hi, Valid: true}
 	if hasDefault {
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+defaultPartition+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-			return 0, fmt.Errorf("lock %s: %w", defaultPartition, err)
+			return 0, false, fmt.Errorf("lock %s: %w", defaultPartition, err)
 		}
 	}
 	if _, err := tx.Exec(ctx, "CREATE TABLE "+name+" (LIKE "+dedupTable+" INCLUDING DEFAULTS)"); err != nil {
-		return 0, fmt.Errorf("create %s: %w", p.name, err)
+		return 0, false, fmt.Errorf("create %s: %w", p.name, err)
 	}
 	if hasDefault {
 		tag, err := tx.Exec(ctx, `WITH moved AS (
@@ -209,19 +237,19 @@ func createPartition(ctx context.Context, s session, p partition, hasDefault boo
 			INSERT INTO `+name+` (event_id, consumer_group, processed_at)
 			SELECT event_id, consumer_group, processed_at FROM moved`, lo, hi)
 		if err != nil {
-			return 0, fmt.Errorf("move rows of %s out of %s: %w", p.name, defaultPartition, err)
+			return 0, false, fmt.Errorf("move rows of %s out of %s: %w", p.name, defaultPartition, err)
 		}
 		moved = tag.RowsAffected()
 	}
 	// Bounds as literals: DDL takes no parameters. They are uuids we made.
 	if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')",
 		dedupTable, name, p.lo, p.hi)); err != nil {
-		return 0, fmt.Errorf("attach %s: %w", p.name, err)
+		return 0, false, fmt.Errorf("attach %s: %w", p.name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return 0, false, fmt.Errorf("commit: %w", err)
 	}
-	return moved, nil
+	return moved, true, nil
 }
 
 // dropPartition drops p unless one of its rows was processed at or after
@@ -237,6 +265,13 @@ func dropPartition(ctx context.Context, s session, p partition, cutoff time.Time
 	}
 	defer rollback(ctx, tx) // a no-op once committed
 	name := pgx.Identifier{p.name}.Sanitize()
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+		return false, 0, fmt.Errorf("look up %s: %w", p.name, err)
+	}
+	if !exists {
+		return false, 0, errPartitionGone
+	}
 	if _, err := tx.Exec(ctx, "LOCK TABLE "+name+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		return false, 0, fmt.Errorf("lock %s: %w", p.name, err)
 	}

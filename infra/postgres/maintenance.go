@@ -9,15 +9,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/internal/metrics"
 )
 
-// dedupLockKey is the pg_advisory_lock key that lets one process at a time
-// maintain processed_event's partitions ("billdedp" in ASCII; distinct from
-// migrateLockKey).
+// dedupLockKey is the pg_try_advisory_xact_lock key that lets one process
+// at a time maintain processed_event's partitions ("billdedp" in ASCII;
+// distinct from migrateLockKey).
 const dedupLockKey int64 = 0x62696c6c_64656470
 
 // Defaults of DedupOptions.
@@ -90,7 +89,9 @@ type DedupResult struct {
 // each pass creates the day partitions from yesterday to Ahead days on,
 // drops the day partitions whose every event is older than the retention,
 // and deletes expired rows of the DEFAULT partition in batches. One process
-// at a time does a pass (a Postgres advisory lock); the others skip theirs.
+// at a time works (a transaction-scoped Postgres advisory lock in each
+// step's transaction, so it holds behind a pooler in transaction mode); a
+// pass that finds another at work skips the rest of its own.
 // Start runs passes in the background; RunOnce runs one.
 //
 // A dedup row older than the retention may be gone: a replay beyond it is
@@ -250,15 +251,20 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 	}
 	defer pconn.Release()
 	conn := pconn.Conn()
-	var locked bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", dedupLockKey).Scan(&locked); err != nil {
+	// Each step's transaction takes the maintenance lock for itself
+	// (session.begin); a step that finds another process's step holding it
+	// ends the pass as skipped. Look first, in a statement of its own (the
+	// lock goes with its implicit transaction): a pass that starts while
+	// another works skips before it reads the catalog, where it could queue
+	// behind the other's pending table locks.
+	var free bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", dedupLockKey).Scan(&free); err != nil {
 		return res, fmt.Errorf("lock: %w", err)
 	}
-	if !locked {
+	if !free {
 		res.Skipped = true
 		return res, nil
 	}
-	defer unlockAdvisory(ctx, conn, dedupLockKey)
 	sess := session{conn: conn, deadline: deadline, lockTimeout: m.opts.LockTimeout}
 
 	now := m.opts.Now()
@@ -280,7 +286,11 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 		if slices.ContainsFunc(parts, func(q partition) bool { return q.overlaps(p.lo, p.hi) }) {
 			continue
 		}
-		moved, err := createPartition(ctx, sess, p, hasDefault)
+		moved, created, err := createPartition(ctx, sess, p)
+		if errors.Is(err, errMaintenanceBusy) {
+			res.Skipped = true
+			return res, passErr(deadline, errs) // nil unless earlier steps failed
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("create partition %s: %w", p.name, err))
 			if ctx.Err() != nil || time.Now().After(deadline) {
@@ -288,8 +298,10 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 			}
 			continue
 		}
-		res.Created = append(res.Created, p.name)
-		res.Moved += moved
+		if created {
+			res.Created = append(res.Created, p.name)
+			res.Moved += moved
+		}
 	}
 
 	// Drop a day partition only when its upper bound is at or before the
@@ -300,6 +312,13 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 			continue
 		}
 		dropped, rows, err := dropPartition(ctx, sess, p, cutoff)
+		if errors.Is(err, errMaintenanceBusy) {
+			res.Skipped = true
+			return res, passErr(deadline, errs) // nil unless earlier steps failed
+		}
+		if errors.Is(err, errPartitionGone) {
+			continue // another process dropped it since the list
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("drop partition %s: %w", p.name, err))
 			if ctx.Err() != nil || time.Now().After(deadline) {
@@ -322,6 +341,10 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 			n, err := deleteExpiredBatch(ctx, sess, cutoff, m.opts.BatchSize)
 			res.RowsDeleted += n
 			m.addDeleted(n)
+			if errors.Is(err, errMaintenanceBusy) {
+				res.Skipped = true
+				return res, passErr(deadline, errs)
+			}
 			if err != nil {
 				errs = append(errs, err)
 				break
@@ -360,17 +383,5 @@ func passErr(deadline time.Time, errs []error) error {
 func (m *DedupMaintainer) addDeleted(n int64) {
 	if m.opts.Metrics != nil && n > 0 {
 		m.opts.Metrics.DedupRowsDeleted.Add(float64(n))
-	}
-}
-
-// unlockAdvisory releases a session-level advisory lock, even after ctx
-// ended. A connection that cannot release it is closed, which ends the
-// session and the lock: it must not go back to the pool holding it.
-func unlockAdvisory(ctx context.Context, conn *pgx.Conn, key int64) {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-	defer cancel()
-	var released bool
-	if err := conn.QueryRow(uctx, "SELECT pg_advisory_unlock($1)", key).Scan(&released); err != nil || !released {
-		_ = conn.Close(uctx)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,13 +14,10 @@ import (
 	"github.com/acme/billing/migrations"
 )
 
-// migrateLockKey is the pg_advisory_lock key that serialises migrations
+// migrateLockKey is the pg_advisory_xact_lock key that serialises migrations
 // across processes ("billing" "migrate" as two ASCII words; any constant
 // that no other lock of this database uses would do).
 const migrateLockKey int64 = 0x62696c6c_6d696772
-
-// unlockTimeout bounds releasing the migration lock after ctx ended.
-const unlockTimeout = 5 * time.Second
 
 const createSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (
     version    text        PRIMARY KEY,
@@ -54,67 +50,57 @@ func embedded() ([]migration, error) {
 
 // Migrate applies the embedded migrations that the database lacks, in name
 // order, each in its own transaction together with its schema_migrations
-// row. It holds a session-level advisory lock on one dedicated connection
-// for the whole run, so processes migrating at once apply each file once:
-// the second waits, then finds nothing left to do. Running it again is a
-// no-op.
+// row. Each of those transactions first takes a transaction-scoped advisory
+// lock and then checks schema_migrations, so processes migrating at once
+// apply each file once: the second waits, then finds the file applied.
+// Running it again is a no-op. The lock is transaction-scoped, not held by
+// a session across the run, so Migrate is correct through a pooler in
+// transaction mode (PgBouncer), which lends a different server session to
+// each transaction.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	all, err := embedded()
 	if err != nil {
 		return err
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: acquire: %w", translate(ctx, err))
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
-		return fmt.Errorf("migrate: lock: %w", translate(ctx, err))
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-		defer cancel()
-		if _, uerr := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", migrateLockKey); uerr != nil {
-			// A session lock must not go back to the pool with the
-			// connection: close it, which ends the session and the lock.
-			_ = conn.Conn().Close(uctx)
+	for _, m := range all {
+		if err := applyMigration(ctx, pool, m); err != nil {
+			return err
 		}
-	}()
+	}
+	return nil
+}
 
-	if _, err := conn.Exec(ctx, createSchemaMigrations); err != nil {
+// applyMigration applies m unless schema_migrations lists it, in one
+// transaction under the migration lock.
+func applyMigration(ctx context.Context, pool *pgxpool.Pool, m migration) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate %s: begin: %w", m.version, translate(ctx, err))
+	}
+	defer rollback(ctx, tx) // a no-op once committed
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
+		return fmt.Errorf("migrate %s: lock: %w", m.version, translate(ctx, err))
+	}
+	if _, err := tx.Exec(ctx, createSchemaMigrations); err != nil {
 		return fmt.Errorf("migrate: create schema_migrations: %w", translate(ctx, err))
 	}
-	rows, _ := conn.Query(ctx, "SELECT version FROM schema_migrations")
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("migrate: read schema_migrations: %w", translate(ctx, err))
+	var applied bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)", m.version).Scan(&applied); err != nil {
+		return fmt.Errorf("migrate %s: read schema_migrations: %w", m.version, translate(ctx, err))
 	}
-	applied := make(map[string]bool, len(versions))
-	for _, v := range versions {
-		applied[v] = true
+	if applied {
+		return nil
 	}
-
-	for _, m := range all {
-		if applied[m.version] {
-			continue
-		}
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			return fmt.Errorf("migrate %s: begin: %w", m.version, translate(ctx, err))
-		}
-		// No parameters: the simple protocol, so a file may hold several
-		// statements.
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			rollback(ctx, tx)
-			return fmt.Errorf("migrate %s: %w", m.version, translate(ctx, err))
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", m.version); err != nil {
-			rollback(ctx, tx)
-			return fmt.Errorf("migrate %s: record: %w", m.version, translate(ctx, err))
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("migrate %s: commit: %w", m.version, translate(ctx, err))
-		}
+	// No parameters: the simple protocol, so a file may hold several
+	// statements.
+	if _, err := tx.Exec(ctx, m.sql); err != nil {
+		return fmt.Errorf("migrate %s: %w", m.version, translate(ctx, err))
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", m.version); err != nil {
+		return fmt.Errorf("migrate %s: record: %w", m.version, translate(ctx, err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate %s: commit: %w", m.version, translate(ctx, err))
 	}
 	return nil
 }

@@ -69,6 +69,9 @@ func OpenPool(ctx context.Context, dsn string, maxConns int, opts ...PoolOption)
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "billing"
 	}
+	// A startup parameter: PgBouncer refuses it unless its
+	// ignore_startup_parameters lists it, and then drops it (deploy/README.md,
+	// "Behind PgBouncer": set it on the role there).
 	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTxTimeout
 	}
