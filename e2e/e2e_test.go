@@ -24,6 +24,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ordertest"
 	"github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/gatewaystub"
@@ -108,7 +109,7 @@ func newWorkload(t *testing.T, n, resends, second, malformed int) workload {
 		}
 		later = append(later, kafkago.Message{Key: []byte(evt.OrderID), Value: v})
 	}
-	corpus := order.BadRecordCorpus()
+	corpus := ordertest.BadRecordCorpus()
 	for i := range malformed {
 		b := corpus[i%len(corpus)]
 		key := fmt.Sprintf("bad-%02d-%s", i, b.Name)

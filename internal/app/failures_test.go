@@ -12,6 +12,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ordertest"
 	"github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
@@ -239,7 +240,7 @@ func TestShutdownMidStreamThenRestart(t *testing.T) {
 func TestBadRecordCorpusGoesToDLQ(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil, nil)
-	corpus := order.BadRecordCorpus()
+	corpus := ordertest.BadRecordCorpus()
 	var msgs []kafkago.Message
 	for _, b := range corpus {
 		msgs = append(msgs, kafkago.Message{Key: []byte(b.Name), Value: b.Value})

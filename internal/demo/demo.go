@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ordertest"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
@@ -273,7 +274,7 @@ func sampleRecords(o Options, rng *rand.Rand, flaky map[string]bool) ([]kafkago.
 		later = append(later, kafkago.Message{Key: []byte(evt.OrderID), Value: v})
 	}
 	var badNames []string
-	corpus := order.BadRecordCorpus()
+	corpus := ordertest.BadRecordCorpus()
 	rng.Shuffle(len(corpus), func(i, j int) { corpus[i], corpus[j] = corpus[j], corpus[i] })
 	for _, b := range corpus[:min(o.Bad, len(corpus))] {
 		badNames = append(badNames, b.Name)
