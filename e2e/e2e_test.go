@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +30,7 @@ import (
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
 	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/syncbuf"
 )
 
 var binary string
@@ -192,13 +192,13 @@ func (e *env) environ() []string {
 // proc is one running billing process.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan error
 }
 
 func (e *env) start(args ...string) *proc {
 	e.t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(binary, args...), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = e.environ()
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -428,23 +428,6 @@ func TestBadConfigurationStopsWithOneLine(t *testing.T) {
 			}
 		})
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func tail(s string, n int) string {

@@ -1,14 +1,12 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
 	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/syncbuf"
 )
 
 // The service consumes from a broker that requires TLS and SASL/SCRAM; a
@@ -107,24 +106,6 @@ const (
 
 var planted = []string{plantedDSNPassword, plantedSASLPassword, plantedGatewayPass, plantedGatewayUser}
 
-// lockedBuffer collects log lines written from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // noSecrets fails the test for every planted secret found in text.
 func noSecrets(t *testing.T, where, text string) {
 	t.Helper()
@@ -188,7 +169,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 	t.Run("configuration", func(t *testing.T) {
 		t.Parallel()
 		cfg := base([]string{"127.0.0.1:9"}, "https://gateway.example/v1")
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		slog.New(slog.NewJSONHandler(&logs, nil)).Info("configuration", slog.Any("config", cfg))
 		noSecrets(t, "the configuration log line", logs.String())
 		if !strings.Contains(logs.String(), "gateway.example") {
@@ -220,7 +201,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 	// startAndStop runs cfg until Ready names dep, then stops it.
 	startAndStop := func(t *testing.T, cfg config.Config, dep string) {
 		t.Helper()
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()
 		a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
@@ -252,7 +233,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 
 	t.Run("gateway errors", func(t *testing.T) {
 		t.Parallel()
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		gw := newSwitchedGateway(t)
 		gw.up()
 		pool, dsn := pgtest.NewDB(t)
