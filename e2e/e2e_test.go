@@ -158,11 +158,7 @@ func newEnv(t *testing.T) *env {
 	kc := kafkatest.NewReal(t)
 	pool, dsn := pgtest.NewDB(t)
 	gw := gatewaystub.New(gatewaystub.Options{})
-	url, err := gw.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	url := gw.StartTest(t)
 	conn, err := kafka.NewConn(kafka.Settings{Brokers: kc.Brokers(), ClientID: "e2e"})
 	if err != nil {
 		t.Fatal(err)

@@ -66,11 +66,7 @@ func newHarnessLogged(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, ds
 	if gw == nil {
 		gw = gatewaystub.New(gatewaystub.Options{})
 	}
-	url, err := gw.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	url := gw.StartTest(t)
 	cfg := testConfig(kc.Brokers(), dsn, url)
 	if mutate != nil {
 		mutate(&cfg)

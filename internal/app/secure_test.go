@@ -35,11 +35,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 				kafkatest.WithTopics(2, testTopic, "billing.retry.1", "billing.dlq"))
 			pool, dsn := pgtest.NewDB(t)
 			gw := gatewaystub.New(gatewaystub.Options{})
-			url, err := gw.Start()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(gw.Close)
+			url := gw.StartTest(t)
 			cfg := testConfig(kc.Brokers(), dsn, url)
 			cfg.KafkaGroupID = "billing-secure"
 			cfg.RetryDelays = cfg.RetryDelays[:1]

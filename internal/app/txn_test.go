@@ -208,11 +208,7 @@ func newRealHarness(t *testing.T, brokers []string) *harness {
 	pool, dsn := pgtest.NewDB(t)
 	kafkatest.CreateTopics(t, brokers, 3, testTopic)
 	gw := gatewaystub.New(gatewaystub.Options{})
-	url, err := gw.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	url := gw.StartTest(t)
 	cfg := testConfig(brokers, dsn, url)
 	cfg.KafkaGroupID = kafkatest.UniqueName(t, "billing")
 	if err := cfg.Validate(); err != nil {

@@ -70,11 +70,7 @@ func hang(entered chan<- struct{}) http.HandlerFunc {
 func startStub(t *testing.T, opts gatewaystub.Options) (*gatewaystub.Stub, string) {
 	t.Helper()
 	s := gatewaystub.New(opts)
-	base, err := s.Start()
-	if err != nil {
-		t.Fatalf("start stub: %v", err)
-	}
-	t.Cleanup(s.Close)
+	base := s.StartTest(t)
 	return s, base
 }
 
