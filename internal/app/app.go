@@ -526,14 +526,3 @@ func (a *App) updateLag(ctx context.Context) {
 		}
 	}
 }
-
-// FastReader returns reader settings for an in-process broker: short waits
-// and timeouts so tests and the demo do not idle.
-func FastReader() kafka.ReaderOptions {
-	return kafka.ReaderOptions{
-		MaxWait:           100 * time.Millisecond,
-		HeartbeatInterval: 100 * time.Millisecond,
-		SessionTimeout:    time.Second,
-		RebalanceTimeout:  time.Second,
-	}
-}

@@ -98,7 +98,7 @@ func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
 // tell) with the harness's configuration.
 func (h *harness) start() {
 	h.t.Helper()
-	h.startWith(Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+	h.startWith(Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond,
 		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond})
 }
 

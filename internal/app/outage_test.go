@@ -289,7 +289,7 @@ func TestStartWaitsForKafka(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	a, err := New(ctx, cfg, Tuning{Reader: FastReader(), ProbeInterval: 200 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions(), ProbeInterval: 200 * time.Millisecond}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestStartFailsWithoutMigrations(t *testing.T) {
 	kc := kafkatest.NewFake(t)
 	cfg := testConfig(kc.Brokers(), cl.DSN("postgres"), "http://127.0.0.1:1")
 	ctx := context.Background()
-	a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.DiscardHandler))
+	a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		err = a.Run(ctx)
 	}
@@ -359,7 +359,7 @@ func TestReadyAsSoonAsConsumptionResumes(t *testing.T) {
 	// A probe interval far longer than the outage: readiness must not
 	// depend on it.
 	h.shutdown()
-	h.startWith(Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+	h.startWith(Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond,
 		ProbeInterval: 3 * time.Second, LagInterval: time.Second, OutageBackoff: 50 * time.Millisecond})
 	poll.Until(t, "ready at start", 20*time.Second, func() bool { ok, _ := h.app.Ready(); return ok })
 
@@ -395,7 +395,7 @@ func TestFailingPartStopsRun(t *testing.T) {
 	kafkatest.CreateTopics(t, kc.Brokers(), 1, testTopic)
 	cfg := testConfig(kc.Brokers(), dsn, "http://127.0.0.1:9")
 	ctx := context.Background()
-	a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.DiscardHandler))
+	a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

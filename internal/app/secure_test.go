@@ -48,7 +48,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 			ctx := context.Background()
 
 			// New reaches nothing; Run's start-up checks find the refusal.
-			bad, err := New(ctx, cfg, Tuning{Reader: FastReader()}, log)
+			bad, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, log)
 			if err == nil {
 				err = bad.Run(ctx)
 			}
@@ -61,7 +61,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 
 			cfg.KafkaSASLPassword = "right-horse-battery"
 			runCtx, stop := context.WithCancel(ctx)
-			a, err := New(runCtx, cfg, Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond}, log)
+			a, err := New(runCtx, cfg, Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond}, log)
 			if err != nil {
 				stop()
 				t.Fatal(err)
@@ -200,7 +200,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 		var logs syncbuf.Buffer
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()
-		a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 		if err != nil {
 			t.Fatal(err)
 		}

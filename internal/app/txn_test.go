@@ -140,7 +140,7 @@ func TestTransactionsRealBroker(t *testing.T) {
 		if err := plainCl.ProduceSync(ctx, &kgo.Record{Key: []byte("k"), Value: []byte("after")}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		r := kc.NewReader(topic, kafkatest.UniqueName(t, "g"), FastReader())
+		r := kc.NewReader(topic, kafkatest.UniqueName(t, "g"), kafkatest.FastReaderOptions())
 		defer r.Close()
 		// The reader is fetching at the open transaction when it ends.
 		poll.Until(t, "reader fetching", 10*time.Second, func() bool { return r.Stats().Fetches > 0 })
@@ -244,7 +244,7 @@ func readerSkipsAbortedAndMarkers(t *testing.T, kc *kafka.Conn, brokers []string
 		plain(rec("k", "p1")), committed(rec("k", "a1"), rec("k", "a2")), plain(rec("k", "p2")),
 		aborted(rec("k", "b1"), rec("k", "b2")), plain(rec("k", "p3")), committed(rec("k", "c")),
 		aborted(rec("k", "b3")), plain(rec("k", "z")))
-	r := kc.NewReader(topic, kafkatest.UniqueName(t, "g"), FastReader())
+	r := kc.NewReader(topic, kafkatest.UniqueName(t, "g"), kafkatest.FastReaderOptions())
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

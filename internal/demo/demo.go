@@ -28,6 +28,7 @@ import (
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
+	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/pgcluster"
 )
@@ -165,7 +166,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a, err := app.New(ctx, cfg, app.Tuning{Reader: app.FastReader(), CommitInterval: 100 * time.Millisecond,
+	a, err := app.New(ctx, cfg, app.Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 100 * time.Millisecond,
 		ProbeInterval: time.Second, LagInterval: time.Second, OutageBackoff: 200 * time.Millisecond}, log)
 	if err != nil {
 		return nil, err
