@@ -104,6 +104,20 @@ func Run(m *testing.M) int {
 	return code
 }
 
+// testTimeout bounds the database work of one test (Context).
+const testTimeout = 30 * time.Second
+
+// Context returns a context for a test's database work: cancelled when t
+// and its cleanups have ended, and bounded by testTimeout, so a hung query
+// fails the test rather than the whole run. It is not t.Context, which ends
+// before the cleanups that may still need the database.
+func Context(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // NewDB returns a pool to a new database holding the migrated schema and
 // nothing else, and that database's DSN. Both go away when t ends.
 func NewDB(t testing.TB) (*pgxpool.Pool, string) {
