@@ -14,7 +14,6 @@ import (
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ordertest"
 	"github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
@@ -126,16 +125,8 @@ func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
 // every event is billed once.
 func TestPostgresOutageMidStream(t *testing.T) {
 	t.Parallel()
-	cl := pgtest.NewCluster(t)
+	cl, pool := pgtest.NewMigratedCluster(t)
 	ctx := context.Background()
-	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	gw := gatewaystub.New(gatewaystub.Options{Latency: 10 * time.Millisecond})
 	h := newHarnessOn(t, gw, pool, cl.DSN("postgres"), nil)
 	var msgs []kafkago.Message

@@ -16,7 +16,6 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
@@ -226,16 +225,8 @@ func TestPostgresInternalErrorPauses(t *testing.T) {
 // once Postgres is back.
 func TestStartWaitsForPostgres(t *testing.T) {
 	t.Parallel()
-	cl := pgtest.NewCluster(t)
+	cl, pool := pgtest.NewMigratedCluster(t)
 	ctx := context.Background()
-	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	if err := cl.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -345,16 +336,8 @@ func TestStartFailsWithoutMigrations(t *testing.T) {
 // without waiting for a periodic re-check (which took up to 5 s).
 func TestReadyAsSoonAsConsumptionResumes(t *testing.T) {
 	t.Parallel()
-	cl := pgtest.NewCluster(t)
+	cl, pool := pgtest.NewMigratedCluster(t)
 	ctx := context.Background()
-	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	h := newHarnessOn(t, nil, pool, cl.DSN("postgres"), nil)
 	// A probe interval far longer than the outage: readiness must not
 	// depend on it.

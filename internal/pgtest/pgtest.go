@@ -167,6 +167,26 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 	return c
 }
 
+// NewMigratedCluster is NewCluster with the schema migrated into its
+// "postgres" database, and a pool of four connections to that database,
+// closed when t ends (before the cluster stops). The database's DSN is
+// c.DSN("postgres").
+func NewMigratedCluster(t testing.TB) (*pgcluster.Cluster, *pgxpool.Pool) {
+	t.Helper()
+	c := NewCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	pool, err := postgres.NewPool(ctx, c.DSN("postgres"), 4)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return c, pool
+}
+
 func newDB(ctx context.Context, t testing.TB, template string) (*pgxpool.Pool, string) {
 	t.Helper()
 	admin, adminDSN, err := server.ensureServer(ctx)
