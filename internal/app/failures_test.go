@@ -162,15 +162,7 @@ func TestPostgresOutageMidStream(t *testing.T) {
 			t.Errorf("%s = %d during a Postgres outage, want 0", o, got)
 		}
 	}
-	perOrder := map[string]int{}
-	for _, c := range gw.Charges() {
-		perOrder[c.OrderID]++
-	}
-	for id, n := range perOrder {
-		if n != 1 {
-			t.Errorf("order %s charged %d times", id, n)
-		}
-	}
+	perOrder := chargedOnce(t, gw)
 	if len(perOrder) != 60 {
 		t.Errorf("%d orders charged, want 60", len(perOrder))
 	}
@@ -214,15 +206,7 @@ func TestShutdownMidStreamThenRestart(t *testing.T) {
 			t.Errorf("order %s is %s", inv.OrderID, inv.Status)
 		}
 	}
-	perOrder := map[string]int{}
-	for _, c := range gw.Charges() {
-		perOrder[c.OrderID]++
-	}
-	for id, n := range perOrder {
-		if n != 1 {
-			t.Errorf("order %s charged %d times", id, n)
-		}
-	}
+	chargedOnce(t, gw)
 }
 
 // Every record of the bad-record corpus ends in the DLQ with its raw bytes
@@ -271,4 +255,20 @@ func TestBadRecordCorpusGoesToDLQ(t *testing.T) {
 		t.Errorf("DLQ holds %d records, want %d", len(byKey), len(corpus))
 	}
 	kafkatest.WaitCommitted(t, h.brokers, h.cfg.KafkaGroupID, testTopic, 15*time.Second)
+}
+
+// chargedOnce fails t for every order the gateway charged more than once,
+// and returns the number of charges per order.
+func chargedOnce(t *testing.T, gw *gatewaystub.Stub) map[string]int {
+	t.Helper()
+	perOrder := map[string]int{}
+	for _, c := range gw.Charges() {
+		perOrder[c.OrderID]++
+	}
+	for id, n := range perOrder {
+		if n != 1 {
+			t.Errorf("order %s charged %d times", id, n)
+		}
+	}
+	return perOrder
 }
