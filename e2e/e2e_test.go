@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,12 +23,14 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ordertest"
 	"github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
 	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/syncbuf"
 )
 
 var binary string
@@ -108,7 +109,7 @@ func newWorkload(t *testing.T, n, resends, second, malformed int) workload {
 		}
 		later = append(later, kafkago.Message{Key: []byte(evt.OrderID), Value: v})
 	}
-	corpus := order.BadRecordCorpus()
+	corpus := ordertest.BadRecordCorpus()
 	for i := range malformed {
 		b := corpus[i%len(corpus)]
 		key := fmt.Sprintf("bad-%02d-%s", i, b.Name)
@@ -157,11 +158,7 @@ func newEnv(t *testing.T) *env {
 	kc := kafkatest.NewReal(t)
 	pool, dsn := pgtest.NewDB(t)
 	gw := gatewaystub.New(gatewaystub.Options{})
-	url, err := gw.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	url := gw.StartTest(t)
 	conn, err := kafka.NewConn(kafka.Settings{Brokers: kc.Brokers(), ClientID: "e2e"})
 	if err != nil {
 		t.Fatal(err)
@@ -191,13 +188,13 @@ func (e *env) environ() []string {
 // proc is one running billing process.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan error
 }
 
 func (e *env) start(args ...string) *proc {
 	e.t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(binary, args...), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	p.cmd.Env = e.environ()
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -427,23 +424,6 @@ func TestBadConfigurationStopsWithOneLine(t *testing.T) {
 			}
 		})
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func tail(s string, n int) string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/syncbuf"
 )
 
 // TestReportPeakRSSLargeRecords is a report, not a check (issue 14 point
@@ -49,7 +50,7 @@ func TestReportPeakRSSLargeRecords(t *testing.T) {
 	}
 	msgs = nil
 
-	p := &proc{cmd: exec.Command(binary, "run"), out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(binary, "run"), out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	// exec keeps the last of duplicate variables: in-flight 64 wins.
 	p.cmd.Env = append(e.environ(), "BILLING_MAX_IN_FLIGHT=64", "BILLING_LOG_LEVEL=warn")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/acme/billing/core/order/ordertest"
 )
 
 // FuzzDecode checks, for any input: Decode never panics; it fails only with
@@ -23,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(validEventJSON))
 	f.Add([]byte(`{"event_id":"0190F8A4-6C1E-7B3A-9D2F-3C4E5A6B7C8D","event_type":"OrderConfirmed","occurred_at":"2026-12-02T10:00:00.123456789+05:30","order_id":"o\u00e9\ud83d\ude00","customer_id":"c","total_amount":1,"currency":null,"x":[{"y":"}]"}]}`))
 	f.Add([]byte(`{"event_id":"0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d","event_type":"OrderConfirmed","occurred_at":"2026-12-02T10:00:00Z","order\u005fid":"ord-1","customer_id":"c","total_amount":9223372036854775807}`))
-	for _, rec := range BadRecordCorpus() {
+	for _, rec := range ordertest.BadRecordCorpus() {
 		if len(rec.Value) <= 4096 { // mutating a 1 MiB input only slows the fuzzer
 			f.Add(rec.Value)
 		}

@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"github.com/gofrs/uuid/v5"
+
+	"github.com/acme/billing/core/order/ordertest"
 )
 
 const (
 	exampleID       = "0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d"
 	defaultCurrency = "USD"
+	validEventJSON  = ordertest.ExampleEvent
 )
 
 // exampleEvent is validEventJSON decoded.
@@ -131,7 +134,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"JSON string", []byte(`"` + exampleID + `"`), ""},
 		{"JSON number", []byte(`12990`), ""},
 		{"JSON null", []byte(`null`), ""},
-		{"over 1 MiB", overMaxEvent(), ""},
+		{"over 1 MiB", ordertest.OverMaxEvent(), ""},
 		{"invalid UTF-8 in a value", replaced(t, `"ord-123"`, "\"ord-\xff\""), ""},
 		{"invalid UTF-8 in an unknown member", replaced(t, `{`, "{\"x\":\"\xc3\x28\","), ""},
 		{"BOM prefix", append([]byte("\xef\xbb\xbf"), validEventJSON...), ""},
@@ -299,7 +302,7 @@ func TestBadRecordCorpus(t *testing.T) {
 		"null_customer_id":            "customer_id",
 		"null_total_amount":           "total_amount",
 	}
-	corpus := BadRecordCorpus()
+	corpus := ordertest.BadRecordCorpus()
 	seen := make(map[string]bool)
 	for _, rec := range corpus {
 		if seen[rec.Name] {
@@ -326,13 +329,13 @@ func TestBadRecordCorpus(t *testing.T) {
 // TestBadRecordCorpusFresh checks that callers may modify what they get.
 func TestBadRecordCorpusFresh(t *testing.T) {
 	t.Parallel()
-	a := BadRecordCorpus()
+	a := ordertest.BadRecordCorpus()
 	for _, rec := range a {
 		for i := range rec.Value {
 			rec.Value[i] = 0
 		}
 	}
-	for i, rec := range BadRecordCorpus() {
+	for i, rec := range ordertest.BadRecordCorpus() {
 		if len(rec.Value) > 0 && bytes.Equal(rec.Value, a[i].Value) {
 			t.Errorf("%s: second call returned the bytes the first caller modified", rec.Name)
 		}
@@ -343,9 +346,9 @@ func TestBadRecordCorpusFresh(t *testing.T) {
 // over-1-MiB record fails for its size alone.
 func TestDecodeSizeLimit(t *testing.T) {
 	t.Parallel()
-	over := overMaxEvent()
+	over := ordertest.OverMaxEvent()
 	if got, want := len(over), MaxEventBytes+1; got != want {
-		t.Fatalf("len(overMaxEvent()) = %d, want %d", got, want)
+		t.Fatalf("len(OverMaxEvent()) = %d, want %d", got, want)
 	}
 	at := bytes.Replace(over, []byte("xx"), []byte("x"), 1)
 	if got, want := len(at), MaxEventBytes; got != want {

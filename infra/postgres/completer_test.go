@@ -21,11 +21,7 @@ import (
 func startStub(t *testing.T) (*gatewaystub.Stub, *payment.Client) {
 	t.Helper()
 	stub := gatewaystub.New(gatewaystub.Options{})
-	base, err := stub.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stub.Close)
+	base := stub.StartTest(t)
 	c, err := payment.NewClient(base, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

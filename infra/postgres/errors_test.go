@@ -187,19 +187,11 @@ func TestOutageWhenNothingListens(t *testing.T) {
 func TestOutageWhenServerStops(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	cluster := pgtest.NewCluster(t)
-	pool, err := postgres.NewPool(ctx, cluster.DSN("postgres"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	cluster, pool := pgtest.NewMigratedCluster(t)
 	store := postgres.NewStore(pool)
 	id := newEventID(t)
 
-	err = store.Retry(ctx, func(ctx context.Context) error {
+	err := store.Retry(ctx, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO processed_event (event_id, consumer_group) VALUES ($1, $2)`,
 				pgtype.UUID{Bytes: id, Valid: true}, group); err != nil {

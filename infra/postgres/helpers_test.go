@@ -3,22 +3,18 @@ package postgres_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/pgtest"
 )
 
 const group = "billing-test"
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+// testCtx is pgtest.Context, under the name this package's tests use.
+var testCtx = pgtest.Context
 
 func newEventID(t *testing.T) uuid.UUID {
 	t.Helper()

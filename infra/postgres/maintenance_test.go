@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/poll"
 )
 
 const week = 7 * 24 * time.Hour
@@ -79,9 +81,7 @@ func days(from time.Time, n int) []string {
 // waitForLockWait polls until some session waits for a lock on relation.
 func waitForLockWait(ctx context.Context, t *testing.T, pool *pgxpool.Pool, relation string, waiters int) {
 	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	poll.Until(t, fmt.Sprintf("%d sessions waiting for a lock on %s", waiters, relation), 30*time.Second, func() bool {
 		var n int
 		// Only this test's database: the others are clones of one
 		// template, so their tables have the same OIDs, and a parallel
@@ -91,15 +91,8 @@ func waitForLockWait(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rela
 			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`, relation).Scan(&n); err != nil {
 			t.Fatalf("read pg_locks: %v", err)
 		}
-		if n >= waiters {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no %d sessions waiting for a lock on %s before the deadline", waiters, relation)
-		case <-tick.C:
-		}
-	}
+		return n >= waiters
+	})
 }
 
 func TestNewDedupMaintainerRejectsBadOptions(t *testing.T) {
@@ -565,15 +558,7 @@ func TestMaintainerStartStop(t *testing.T) {
 	okRuns := func() float64 { return testutil.ToFloat64(met.MaintenanceRuns.WithLabelValues("ok")) }
 	waitRuns := func(n float64) {
 		t.Helper()
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for okRuns() < n {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("ok passes = %v before the deadline, want %v", okRuns(), n)
-			case <-tick.C:
-			}
-		}
+		poll.Until(t, fmt.Sprintf("%v ok passes", n), 30*time.Second, func() bool { return okRuns() >= n })
 	}
 
 	m.Stop() // not started: a no-op
@@ -585,15 +570,9 @@ func TestMaintainerStartStop(t *testing.T) {
 	}
 	waitRuns(1)
 	clk.Set(future(11, 12)) // the loop picks up the next day
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !slices.Contains(partitionNames(ctx, t, pool), "processed_event_p20310314") {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the running maintainer never created the next day's partition")
-		case <-tick.C:
-		}
-	}
+	poll.Until(t, "the running maintainer to create the next day's partition", 30*time.Second, func() bool {
+		return slices.Contains(partitionNames(ctx, t, pool), "processed_event_p20310314")
+	})
 	m.Stop()
 	stopped := okRuns()
 	if err := m.Start(ctx); err != nil {

@@ -1,7 +1,9 @@
 // Package postgres is billing's Postgres adapter: the connection pool, the
-// embedded migrations, the processed_event and invoice repositories, and
-// Store, which runs billing's transactions (order.Ledger) and translates
-// every driver error into order's typed errors at this edge (TranslateError).
+// embedded migrations, Store, which runs billing's transactions
+// (order.Ledger: one pipelined Reserve, one Settle) and the pending
+// completer's queries, the upkeep of processed_event's day partitions
+// (DedupMaintainer), and the translation of every driver error into order's
+// typed errors at this edge (TranslateError).
 package postgres
 
 import (

@@ -106,11 +106,11 @@ func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, statu
 // connection (woken by the release and queued next on this processor) sends
 // its statements now. Without it the caller runs on (the gateway call, the
 // next event), every goroutine it wakes on the way pushes the waiter further
-// back in the run queue, and the connection sits idle in the pool meanwhile:
-// at 0 ms gateway latency and 64 events in flight, `make bench` saw about 16
-// of the 20 connections in use on average while 40 events waited for one,
-// and all 20 with the yield (events/s +10%). The cost is one reschedule per
-// transaction, nothing next to its round trip.
+// back in the run queue, and the connection sits idle in the pool meanwhile.
+// `make bench` at a fast gateway with many events in flight shows it: part
+// of the pool idle while events wait for a connection without the yield,
+// all of it in use with it (the "DB pool (busy)" column). The cost is one
+// reschedule per transaction, nothing next to its round trip.
 func handOff() { runtime.Gosched() }
 
 // retry runs one transaction attempt, and again after a serialization

@@ -554,14 +554,3 @@ func tierDelay(delays []time.Duration, tier int) time.Duration {
 	}
 	return delays[min(tier, len(delays))-1]
 }
-
-// FastReader returns reader settings for an in-process broker: short waits
-// and timeouts so tests and the demo do not idle.
-func FastReader() kafka.ReaderOptions {
-	return kafka.ReaderOptions{
-		MaxWait:           100 * time.Millisecond,
-		HeartbeatInterval: 100 * time.Millisecond,
-		SessionTimeout:    time.Second,
-		RebalanceTimeout:  time.Second,
-	}
-}

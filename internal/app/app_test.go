@@ -66,11 +66,7 @@ func newHarnessLogged(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, ds
 	if gw == nil {
 		gw = gatewaystub.New(gatewaystub.Options{})
 	}
-	url, err := gw.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	url := gw.StartTest(t)
 	cfg := testConfig(kc.Brokers(), dsn, url)
 	if mutate != nil {
 		mutate(&cfg)
@@ -102,7 +98,7 @@ func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
 // tell) with the harness's configuration.
 func (h *harness) start() {
 	h.t.Helper()
-	h.startWith(Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+	h.startWith(Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond,
 		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond})
 }
 

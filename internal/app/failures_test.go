@@ -12,8 +12,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ordertest"
 	"github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
@@ -125,16 +125,8 @@ func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
 // every event is billed once.
 func TestPostgresOutageMidStream(t *testing.T) {
 	t.Parallel()
-	cl := pgtest.NewCluster(t)
+	cl, pool := pgtest.NewMigratedCluster(t)
 	ctx := context.Background()
-	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	gw := gatewaystub.New(gatewaystub.Options{Latency: 10 * time.Millisecond})
 	h := newHarnessOn(t, gw, pool, cl.DSN("postgres"), nil)
 	var msgs []kafkago.Message
@@ -170,15 +162,7 @@ func TestPostgresOutageMidStream(t *testing.T) {
 			t.Errorf("%s = %d during a Postgres outage, want 0", o, got)
 		}
 	}
-	perOrder := map[string]int{}
-	for _, c := range gw.Charges() {
-		perOrder[c.OrderID]++
-	}
-	for id, n := range perOrder {
-		if n != 1 {
-			t.Errorf("order %s charged %d times", id, n)
-		}
-	}
+	perOrder := chargedOnce(t, gw)
 	if len(perOrder) != 60 {
 		t.Errorf("%d orders charged, want 60", len(perOrder))
 	}
@@ -222,15 +206,7 @@ func TestShutdownMidStreamThenRestart(t *testing.T) {
 			t.Errorf("order %s is %s", inv.OrderID, inv.Status)
 		}
 	}
-	perOrder := map[string]int{}
-	for _, c := range gw.Charges() {
-		perOrder[c.OrderID]++
-	}
-	for id, n := range perOrder {
-		if n != 1 {
-			t.Errorf("order %s charged %d times", id, n)
-		}
-	}
+	chargedOnce(t, gw)
 }
 
 // Every record of the bad-record corpus ends in the DLQ with its raw bytes
@@ -239,7 +215,7 @@ func TestShutdownMidStreamThenRestart(t *testing.T) {
 func TestBadRecordCorpusGoesToDLQ(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil, nil)
-	corpus := order.BadRecordCorpus()
+	corpus := ordertest.BadRecordCorpus()
 	var msgs []kafkago.Message
 	for _, b := range corpus {
 		msgs = append(msgs, kafkago.Message{Key: []byte(b.Name), Value: b.Value})
@@ -279,4 +255,20 @@ func TestBadRecordCorpusGoesToDLQ(t *testing.T) {
 		t.Errorf("DLQ holds %d records, want %d", len(byKey), len(corpus))
 	}
 	kafkatest.WaitCommitted(t, h.brokers, h.cfg.KafkaGroupID, testTopic, 15*time.Second)
+}
+
+// chargedOnce fails t for every order the gateway charged more than once,
+// and returns the number of charges per order.
+func chargedOnce(t *testing.T, gw *gatewaystub.Stub) map[string]int {
+	t.Helper()
+	perOrder := map[string]int{}
+	for _, c := range gw.Charges() {
+		perOrder[c.OrderID]++
+	}
+	for id, n := range perOrder {
+		if n != 1 {
+			t.Errorf("order %s charged %d times", id, n)
+		}
+	}
+	return perOrder
 }

@@ -16,7 +16,6 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
@@ -226,16 +225,8 @@ func TestPostgresInternalErrorPauses(t *testing.T) {
 // once Postgres is back.
 func TestStartWaitsForPostgres(t *testing.T) {
 	t.Parallel()
-	cl := pgtest.NewCluster(t)
+	cl, pool := pgtest.NewMigratedCluster(t)
 	ctx := context.Background()
-	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	if err := cl.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +280,7 @@ func TestStartWaitsForKafka(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	a, err := New(ctx, cfg, Tuning{Reader: FastReader(), ProbeInterval: 200 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions(), ProbeInterval: 200 * time.Millisecond}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +317,7 @@ func TestStartFailsWithoutMigrations(t *testing.T) {
 	kc := kafkatest.NewFake(t)
 	cfg := testConfig(kc.Brokers(), cl.DSN("postgres"), "http://127.0.0.1:1")
 	ctx := context.Background()
-	a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.DiscardHandler))
+	a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		err = a.Run(ctx)
 	}
@@ -345,21 +336,13 @@ func TestStartFailsWithoutMigrations(t *testing.T) {
 // without waiting for a periodic re-check (which took up to 5 s).
 func TestReadyAsSoonAsConsumptionResumes(t *testing.T) {
 	t.Parallel()
-	cl := pgtest.NewCluster(t)
+	cl, pool := pgtest.NewMigratedCluster(t)
 	ctx := context.Background()
-	pool, err := postgres.NewPool(ctx, cl.DSN("postgres"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
 	h := newHarnessOn(t, nil, pool, cl.DSN("postgres"), nil)
 	// A probe interval far longer than the outage: readiness must not
 	// depend on it.
 	h.shutdown()
-	h.startWith(Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond,
+	h.startWith(Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond,
 		ProbeInterval: 3 * time.Second, LagInterval: time.Second, OutageBackoff: 50 * time.Millisecond})
 	poll.Until(t, "ready at start", 20*time.Second, func() bool { ok, _ := h.app.Ready(); return ok })
 
@@ -395,7 +378,7 @@ func TestFailingPartStopsRun(t *testing.T) {
 	kafkatest.CreateTopics(t, kc.Brokers(), 1, testTopic)
 	cfg := testConfig(kc.Brokers(), dsn, "http://127.0.0.1:9")
 	ctx := context.Background()
-	a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.DiscardHandler))
+	a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,12 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/pgtest"
 	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/syncbuf"
 )
 
 // The service consumes from a broker that requires TLS and SASL/SCRAM; a
@@ -36,11 +35,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 				kafkatest.WithTopics(2, testTopic, "billing.retry.1", "billing.dlq"))
 			pool, dsn := pgtest.NewDB(t)
 			gw := gatewaystub.New(gatewaystub.Options{})
-			url, err := gw.Start()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(gw.Close)
+			url := gw.StartTest(t)
 			cfg := testConfig(kc.Brokers(), dsn, url)
 			cfg.KafkaGroupID = "billing-secure"
 			cfg.RetryDelays = cfg.RetryDelays[:1]
@@ -53,7 +48,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 			ctx := context.Background()
 
 			// New reaches nothing; Run's start-up checks find the refusal.
-			bad, err := New(ctx, cfg, Tuning{Reader: FastReader()}, log)
+			bad, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, log)
 			if err == nil {
 				err = bad.Run(ctx)
 			}
@@ -66,7 +61,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 
 			cfg.KafkaSASLPassword = "right-horse-battery"
 			runCtx, stop := context.WithCancel(ctx)
-			a, err := New(runCtx, cfg, Tuning{Reader: FastReader(), CommitInterval: 50 * time.Millisecond}, log)
+			a, err := New(runCtx, cfg, Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond}, log)
 			if err != nil {
 				stop()
 				t.Fatal(err)
@@ -106,24 +101,6 @@ const (
 )
 
 var planted = []string{plantedDSNPassword, plantedSASLPassword, plantedGatewayPass, plantedGatewayUser}
-
-// lockedBuffer collects log lines written from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // noSecrets fails the test for every planted secret found in text.
 func noSecrets(t *testing.T, where, text string) {
@@ -188,7 +165,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 	t.Run("configuration", func(t *testing.T) {
 		t.Parallel()
 		cfg := base([]string{"127.0.0.1:9"}, "https://gateway.example/v1")
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		slog.New(slog.NewJSONHandler(&logs, nil)).Info("configuration", slog.Any("config", cfg))
 		noSecrets(t, "the configuration log line", logs.String())
 		if !strings.Contains(logs.String(), "gateway.example") {
@@ -220,10 +197,10 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 	// startAndStop runs cfg until Ready names dep, then stops it.
 	startAndStop := func(t *testing.T, cfg config.Config, dep string) {
 		t.Helper()
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		ctx, stop := context.WithCancel(context.Background())
 		defer stop()
-		a, err := New(ctx, cfg, Tuning{Reader: FastReader()}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +229,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 
 	t.Run("gateway errors", func(t *testing.T) {
 		t.Parallel()
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		gw := newSwitchedGateway(t)
 		gw.up()
 		pool, dsn := pgtest.NewDB(t)

@@ -140,7 +140,7 @@ func TestTransactionsRealBroker(t *testing.T) {
 		if err := plainCl.ProduceSync(ctx, &kgo.Record{Key: []byte("k"), Value: []byte("after")}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		r := kafkago.NewReader(kc.ReaderConfig(topic, kafkatest.UniqueName(t, "g"), FastReader()))
+		r := kafkago.NewReader(kc.ReaderConfig(topic, kafkatest.UniqueName(t, "g"), kafkatest.FastReaderOptions()))
 		defer r.Close()
 		// The reader is fetching at the open transaction when it ends.
 		poll.Until(t, "reader fetching", 10*time.Second, func() bool { return r.Stats().Fetches > 0 })
@@ -208,11 +208,7 @@ func newRealHarness(t *testing.T, brokers []string) *harness {
 	pool, dsn := pgtest.NewDB(t)
 	kafkatest.CreateTopics(t, brokers, 3, testTopic)
 	gw := gatewaystub.New(gatewaystub.Options{})
-	url, err := gw.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
+	url := gw.StartTest(t)
 	cfg := testConfig(brokers, dsn, url)
 	cfg.KafkaGroupID = kafkatest.UniqueName(t, "billing")
 	if err := cfg.Validate(); err != nil {
@@ -248,7 +244,7 @@ func readerSkipsAbortedAndMarkers(t *testing.T, kc *kafka.Conn, brokers []string
 		plain(rec("k", "p1")), committed(rec("k", "a1"), rec("k", "a2")), plain(rec("k", "p2")),
 		aborted(rec("k", "b1"), rec("k", "b2")), plain(rec("k", "p3")), committed(rec("k", "c")),
 		aborted(rec("k", "b3")), plain(rec("k", "z")))
-	r := kafkago.NewReader(kc.ReaderConfig(topic, kafkatest.UniqueName(t, "g"), FastReader()))
+	r := kafkago.NewReader(kc.ReaderConfig(topic, kafkatest.UniqueName(t, "g"), kafkatest.FastReaderOptions()))
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

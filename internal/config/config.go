@@ -207,11 +207,10 @@ func (c *Config) Validate() error {
 // DefaultDBMaxConns sizes the pool for maxInFlight events: each in-flight
 // event holds a connection only inside its short reserve and settle
 // transactions, so a quarter suffices; plus room for maintenance and probes.
-// At in-flight 64, 20 connections billed as fast as 36 did in `make bench`
-// (0 ms gateway, two interleaved runs each: 2372 and 2612 against 2389 and
-// 2089 events/s) with less waiting for Postgres: fewer connections per
-// replica for the same work, which matters with several replicas against
-// one max_connections.
+// `make bench` found a pool this size billing as fast as a larger one, with
+// less waiting for Postgres (the README's Throughput section says how to
+// measure it again): fewer connections per replica for the same work, which
+// matters with several replicas against one max_connections.
 func DefaultDBMaxConns(maxInFlight int) int {
 	n := maxInFlight/4 + 4
 	if n > 64 {

@@ -23,10 +23,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ordertest"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
+	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/pgcluster"
 )
@@ -164,7 +166,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a, err := app.New(ctx, cfg, app.Tuning{Reader: app.FastReader(), CommitInterval: 100 * time.Millisecond,
+	a, err := app.New(ctx, cfg, app.Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 100 * time.Millisecond,
 		ProbeInterval: time.Second, LagInterval: time.Second, OutageBackoff: 200 * time.Millisecond}, log)
 	if err != nil {
 		return nil, err
@@ -273,7 +275,7 @@ func sampleRecords(o Options, rng *rand.Rand, flaky map[string]bool) ([]kafkago.
 		later = append(later, kafkago.Message{Key: []byte(evt.OrderID), Value: v})
 	}
 	var badNames []string
-	corpus := order.BadRecordCorpus()
+	corpus := ordertest.BadRecordCorpus()
 	rng.Shuffle(len(corpus), func(i, j int) { corpus[i], corpus[j] = corpus[j], corpus[i] })
 	for _, b := range corpus[:min(o.Bad, len(corpus))] {
 		badNames = append(badNames, b.Name)

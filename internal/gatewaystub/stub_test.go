@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/acme/billing/internal/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -428,13 +430,7 @@ func testClientTimeoutStillCharges(t *testing.T, start startFunc) {
 		t.Fatalf("err = %v, want a deadline error", err)
 	}
 	close(release)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(s.Charges()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the abandoned request never charged")
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	poll.Until(t, "the abandoned request to charge", 5*time.Second, func() bool { return len(s.Charges()) > 0 })
 	// The charge and its Call are recorded together under the lock, so the key is final now.
 	r := mustPost(t, c, base, "k-t", body("ord-t", "cus-t"), nil)
 	if r.status != http.StatusOK || r.body["charge_id"] != s.Charges()[0].ID {

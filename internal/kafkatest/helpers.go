@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	infrakafka "github.com/acme/billing/infra/kafka"
 )
 
 // opTimeout bounds each admin call of the helpers below.
@@ -41,11 +43,22 @@ func UniqueName(t testing.TB, prefix string) string {
 	return name + "." + hex.EncodeToString(b[:])
 }
 
-// FastReaderConfig returns a group reader configuration that joins, heartbeats
-// and notices rebalances in a fraction of a second, for tests against
-// [NewFake] or a real broker from this package (both accept session timeouts
-// down to 100 ms and 500 ms). Offsets are committed synchronously by
-// CommitMessages (CommitInterval 0) and a new group starts at the first offset.
+// The timings of a group member that joins, heartbeats and notices
+// rebalances in a fraction of a second, against [NewFake] or a real broker
+// from this package (both accept session timeouts down to 100 ms and
+// 500 ms). The session is long enough for a -race run on a loaded two-core
+// machine to keep heartbeating, short enough that a vanished member is gone
+// quickly.
+const (
+	fastMaxWait   = 100 * time.Millisecond
+	fastHeartbeat = 100 * time.Millisecond
+	fastSession   = 2 * time.Second
+)
+
+// FastReaderConfig returns a group reader configuration with the fast
+// timings above, for tests that build kafka-go readers themselves. Offsets
+// are committed synchronously by CommitMessages (CommitInterval 0) and a new
+// group starts at the first offset.
 func FastReaderConfig(brokers []string, group, topic string) kafka.ReaderConfig {
 	return kafka.ReaderConfig{
 		Brokers:           append([]string(nil), brokers...),
@@ -53,17 +66,27 @@ func FastReaderConfig(brokers []string, group, topic string) kafka.ReaderConfig 
 		Topic:             topic,
 		MinBytes:          1,
 		MaxBytes:          10 << 20,
-		MaxWait:           100 * time.Millisecond,
+		MaxWait:           fastMaxWait,
 		ReadBackoffMin:    10 * time.Millisecond,
 		ReadBackoffMax:    100 * time.Millisecond,
-		HeartbeatInterval: 100 * time.Millisecond,
-		// Long enough for a -race run on a loaded two-core machine to keep
-		// heartbeating, short enough that a vanished member is gone quickly.
-		SessionTimeout:   2 * time.Second,
-		RebalanceTimeout: 2 * time.Second,
-		JoinGroupBackoff: 100 * time.Millisecond,
-		CommitInterval:   0,
-		StartOffset:      kafka.FirstOffset,
+		HeartbeatInterval: fastHeartbeat,
+		SessionTimeout:    fastSession,
+		RebalanceTimeout:  fastSession,
+		JoinGroupBackoff:  100 * time.Millisecond,
+		CommitInterval:    0,
+		StartOffset:       kafka.FirstOffset,
+	}
+}
+
+// FastReaderOptions returns the same fast timings as options of billing's
+// own reader construction (infra/kafka), for tests and the demo that run
+// the service in process (internal/app.Tuning.Reader).
+func FastReaderOptions() infrakafka.ReaderOptions {
+	return infrakafka.ReaderOptions{
+		MaxWait:           fastMaxWait,
+		HeartbeatInterval: fastHeartbeat,
+		SessionTimeout:    fastSession,
+		RebalanceTimeout:  fastSession,
 	}
 }
 

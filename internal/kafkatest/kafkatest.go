@@ -15,7 +15,8 @@
 // [CommittedOffsets], [EndOffsets], [WaitCommitted]) speak plaintext without
 // authentication; for a cluster started with [WithSASL] or [WithTLS] build
 // clients from [Cluster.Dialer] and [Cluster.Transport]. [FastReaderConfig]
-// is a group reader configuration that keeps tests fast, [UniqueName] keeps
+// is a group reader configuration that keeps tests fast ([FastReaderOptions]
+// the same timings for the service run in process), [UniqueName] keeps
 // tests that share a broker apart, and [Main] is the TestMain of a package
 // that uses [SharedReal] (it also runs goleak).
 package kafkatest

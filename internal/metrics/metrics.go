@@ -1,6 +1,7 @@
 // Package metrics declares every Prometheus metric billing exposes
-// (CONTRACT.md §8) on a registry handed in by cmd/billing, so tests get a
-// fresh registry each and nothing lands on the global default.
+// (CONTRACT.md §8) on a registry handed in by its caller (internal/app makes
+// one per App), so tests get a fresh registry each and nothing lands on the
+// global default.
 package metrics
 
 import (

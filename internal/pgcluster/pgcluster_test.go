@@ -6,11 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/acme/billing/internal/syncbuf"
 )
 
 func TestStartConnectStopRestart(t *testing.T) {
@@ -172,24 +173,6 @@ func sign(n int) int {
 	return 0
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestStartFromInitdbCache(t *testing.T) {
 	t.Parallel()
 	if _, err := cacheDir(); err != nil {
@@ -198,7 +181,7 @@ func TestStartFromInitdbCache(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := range 2 {
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		c, err := Start(ctx, filepath.Join(t.TempDir(), "data"), Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatalf("Start() #%d error = %v", i+1, err)

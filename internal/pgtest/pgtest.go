@@ -3,7 +3,7 @@
 // fresh, migrated database per test, cloned from a template database that is
 // migrated once per process. Production code does not import it.
 //
-// Use it from TestMain:
+// Use it from TestMain (which also checks for leaked goroutines):
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/pgcluster"
@@ -68,12 +69,22 @@ type state struct {
 	createMu sync.Mutex // serialises CREATE DATABASE … TEMPLATE
 }
 
-// Main runs the tests with a Postgres for NewDB, tears it down, and exits
-// with the tests' code. Call it from TestMain.
-func Main(m *testing.M) { os.Exit(Run(m)) }
+// Main runs the tests with a Postgres for NewDB, tears it down, then fails
+// the run if goroutines outlived the tests (goleak, with leakOpts), and
+// exits. Call it from TestMain.
+func Main(m *testing.M, leakOpts ...goleak.Option) {
+	code := Run(m)
+	if code == 0 {
+		if err := goleak.Find(leakOpts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
-// Run is Main without the exit, for a TestMain with more to do after the
-// tests (goleak, for one): when it returns, the cluster it started has
+// Run is Main without the exit and the leak check, for a TestMain with more
+// to do after the tests (e2e removes the binary it built): when it returns, the cluster it started has
 // exited and its pools are closed.
 func Run(m *testing.M) int {
 	server.mu.Lock()
@@ -91,6 +102,20 @@ func Run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// testTimeout bounds the database work of one test (Context).
+const testTimeout = 30 * time.Second
+
+// Context returns a context for a test's database work: cancelled when t
+// and its cleanups have ended, and bounded by testTimeout, so a hung query
+// fails the test rather than the whole run. It is not t.Context, which ends
+// before the cleanups that may still need the database.
+func Context(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // NewDB returns a pool to a new database holding the migrated schema and
@@ -140,6 +165,26 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 		}
 	})
 	return c
+}
+
+// NewMigratedCluster is NewCluster with the schema migrated into its
+// "postgres" database, and a pool of four connections to that database,
+// closed when t ends (before the cluster stops). The database's DSN is
+// c.DSN("postgres").
+func NewMigratedCluster(t testing.TB) (*pgcluster.Cluster, *pgxpool.Pool) {
+	t.Helper()
+	c := NewCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	pool, err := postgres.NewPool(ctx, c.DSN("postgres"), 4)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return c, pool
 }
 
 func newDB(ctx context.Context, t testing.TB, template string) (*pgxpool.Pool, string) {

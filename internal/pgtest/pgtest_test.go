@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -12,13 +11,6 @@ import (
 )
 
 func TestMain(m *testing.M) { Main(m) }
-
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func currentDB(ctx context.Context, t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
@@ -44,7 +36,7 @@ func dbExists(ctx context.Context, t *testing.T, name string) bool {
 
 func TestNewDBIsMigratedIsolatedAndDropped(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := Context(t)
 	var names [2]string
 	t.Run("use", func(t *testing.T) {
 		poolA, dsnA := NewDB(t)
@@ -102,7 +94,7 @@ func TestNewDBConcurrent(t *testing.T) {
 
 func TestNewEmptyDB(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := Context(t)
 	pool, _ := NewEmptyDB(t)
 	pending, err := postgres.Pending(ctx, pool)
 	if err != nil {
@@ -115,7 +107,7 @@ func TestNewEmptyDB(t *testing.T) {
 
 func TestNewCluster(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
+	ctx := Context(t)
 	c := NewCluster(t)
 	pool, err := postgres.NewPool(ctx, c.DSN("postgres"), 1)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -69,11 +70,7 @@ func hang(entered chan<- struct{}) http.HandlerFunc {
 func startStub(t *testing.T, opts gatewaystub.Options) (*gatewaystub.Stub, string) {
 	t.Helper()
 	s := gatewaystub.New(opts)
-	base, err := s.Start()
-	if err != nil {
-		t.Fatalf("start stub: %v", err)
-	}
-	t.Cleanup(s.Close)
+	base := s.StartTest(t)
 	return s, base
 }
 
@@ -386,19 +383,15 @@ func TestSlowStubTimesOutThenReplays(t *testing.T) {
 		t.Fatalf("slow reply: err = %v, want transient", err)
 	}
 	// The stub finishes the abandoned charge; poll until it has.
-	deadline := time.Now().Add(5 * time.Second)
 	var res order.ChargeResult
-	for {
+	poll.Until(t, "the retry to succeed once the first request finishes", 5*time.Second, func() bool {
 		var err error
 		res, err = c.Charge(context.Background(), req)
-		if err == nil {
-			break
-		}
-		if order.Classify(err) != order.ClassTransient || time.Now().After(deadline) {
+		if err != nil && order.Classify(err) != order.ClassTransient {
 			t.Fatalf("retry: err = %v, want transient until the first request finishes, then success", err)
 		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
+		return err == nil
+	})
 	charges := stub.Charges()
 	if len(charges) != 1 || res.ChargeID != charges[0].ID || !res.Replayed {
 		t.Errorf("retry = %+v, charges %+v; want a replay of the one charge", res, charges)
@@ -502,13 +495,7 @@ func TestResetAfterChargeThenRetry(t *testing.T) {
 // waitHealthy polls until the breaker lets calls through again.
 func waitHealthy(t *testing.T, c *Client) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !c.Healthy() {
-		if time.Now().After(deadline) {
-			t.Fatal("breaker still open after 5s, want half-open after the cool-down")
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	poll.Until(t, "the breaker half-open after the cool-down", 5*time.Second, c.Healthy)
 }
 
 func TestBreakerTripsAndRecovers(t *testing.T) {

@@ -1,4 +1,13 @@
-package order
+// Package ordertest holds test data for the OrderConfirmed contract: the
+// contract's example event and the corpus of bad records, for the tests of
+// core/order, internal/app and e2e, and for the demo (test tooling too).
+// Production code does not import it.
+//
+// It imports only the standard library, so that core/order's own tests
+// (package order) can use it without an import cycle; the size limit it
+// builds the over-1-MiB record from is the contract's, which core/order's
+// TestDecodeSizeLimit checks against order.MaxEventBytes.
+package ordertest
 
 import (
 	"bytes"
@@ -12,9 +21,13 @@ type BadRecord struct {
 	Value []byte
 }
 
-// validEventJSON is the contract's example event; every bad record is this
+// maxEventBytes is the largest event value CONTRACT.md §3 accepts (1 MiB),
+// order.MaxEventBytes.
+const maxEventBytes = 1 << 20
+
+// ExampleEvent is the contract's example event; every bad record is this
 // event with one thing wrong, so that the thing is the only reason it fails.
-const validEventJSON = `{"event_id":"0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d","event_type":"OrderConfirmed",` +
+const ExampleEvent = `{"event_id":"0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d","event_type":"OrderConfirmed",` +
 	`"occurred_at":"2026-12-02T10:00:00Z","order_id":"ord-123","customer_id":"cus-9",` +
 	`"total_amount":12990,"currency":"EUR"}`
 
@@ -25,25 +38,25 @@ const validEventJSON = `{"event_id":"0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d","even
 // stored in the repository.
 func BadRecordCorpus() []BadRecord {
 	with := func(old, new string) []byte {
-		if !strings.Contains(validEventJSON, old) {
-			panic("order: bad record corpus: " + old + " is not in the example event")
+		if !strings.Contains(ExampleEvent, old) {
+			panic("ordertest: bad record corpus: " + old + " is not in the example event")
 		}
-		return []byte(strings.Replace(validEventJSON, old, new, 1))
+		return []byte(strings.Replace(ExampleEvent, old, new, 1))
 	}
 	without := func(member string) []byte {
-		return []byte(stripMember(validEventJSON, member))
+		return []byte(stripMember(ExampleEvent, member))
 	}
 	const id = `"0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d"`
 
 	return []BadRecord{
 		{"empty_value", []byte{}},
 		{"invalid_json", []byte(`{"event_id":"0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d","event_type":`)},
-		{"json_array", []byte("[" + validEventJSON + "]")},
-		{"over_1mib", overMaxEvent()},
+		{"json_array", []byte("[" + ExampleEvent + "]")},
+		{"over_1mib", OverMaxEvent()},
 		{"invalid_utf8", with(`"ord-123"`, "\"ord-\xff\xfe-123\"")},
-		{"bom_prefix", append([]byte("\xef\xbb\xbf"), validEventJSON...)},
-		{"trailing_garbage", []byte(validEventJSON + " garbage")},
-		{"two_objects", []byte(validEventJSON + "\n" + validEventJSON)},
+		{"bom_prefix", append([]byte("\xef\xbb\xbf"), ExampleEvent...)},
+		{"trailing_garbage", []byte(ExampleEvent + " garbage")},
+		{"two_objects", []byte(ExampleEvent + "\n" + ExampleEvent)},
 		{"duplicate_member", with(`"order_id":"ord-123"`, `"order_id":"ord-123","order_id":"ord-124"`)},
 
 		{"uuid_v4_event_id", with(id, `"1b4e28ba-2fa1-41d2-883f-0016d3cca427"`)},
@@ -85,21 +98,22 @@ func BadRecordCorpus() []BadRecord {
 func stripMember(event, name string) string {
 	start := strings.Index(event, `,"`+name+`":`)
 	if start < 0 {
-		panic("order: bad record corpus: no member " + name + " to strip")
+		panic("ordertest: bad record corpus: no member " + name + " to strip")
 	}
 	end := start + 1 + strings.IndexAny(event[start+1:], ",}")
 	return event[:start] + event[end:]
 }
 
-// overMaxEvent returns a valid event padded with an unknown member to one
-// byte over MaxEventBytes, so that its size is the only thing wrong with it.
-func overMaxEvent() []byte {
+// OverMaxEvent returns a valid event padded with an unknown member to one
+// byte over the 1 MiB limit, so that its size is the only thing wrong with
+// it.
+func OverMaxEvent() []byte {
 	const head = `{"padding":"`
 	const tail = `",` // then the example event's members
-	body := validEventJSON[1:]
-	pad := MaxEventBytes + 1 - len(head) - len(tail) - len(body)
+	body := ExampleEvent[1:]
+	pad := maxEventBytes + 1 - len(head) - len(tail) - len(body)
 	var b bytes.Buffer
-	b.Grow(MaxEventBytes + 1)
+	b.Grow(maxEventBytes + 1)
 	b.WriteString(head)
 	b.Write(bytes.Repeat([]byte{'x'}, pad))
 	b.WriteString(tail)
