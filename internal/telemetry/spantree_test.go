@@ -48,11 +48,7 @@ func TestSpanTreeOfOneRecord(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	stub := gatewaystub.New(gatewaystub.Options{})
-	base, err := stub.Start()
-	if err != nil {
-		t.Fatalf("start stub: %v", err)
-	}
-	t.Cleanup(stub.Close)
+	base := stub.StartTest(t)
 	var logs bytes.Buffer
 	log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	gw, err := payment.NewClient(base, 5*time.Second, payment.WithTracerProvider(tp), payment.WithLogger(log))

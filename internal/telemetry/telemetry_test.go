@@ -6,13 +6,13 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 
+	"github.com/acme/billing/internal/syncbuf"
 	"github.com/acme/billing/internal/telemetry"
 )
 
@@ -106,7 +106,7 @@ func TestExportErrorIsLogged(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_ENDPOINT":       "http://127.0.0.1:1", // nothing listens on port 1
 		"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "500",
 	})
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	tr, err := telemetry.Setup(context.Background(), slog.New(slog.NewJSONHandler(&buf, nil)))
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
@@ -127,21 +127,4 @@ func TestExportErrorIsLogged(t *testing.T) {
 	if !found {
 		t.Errorf("log %q: want a warning carrying the export error", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
