@@ -215,6 +215,7 @@ func newRealHarness(t *testing.T, brokers []string) *harness {
 	t.Cleanup(gw.Close)
 	cfg := testConfig(brokers, dsn, url)
 	cfg.KafkaGroupID = kafkatest.UniqueName(t, "billing")
+	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -161,6 +161,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 		MaxInFlight: o.MaxInFlight, DedupRetention: 168 * time.Hour, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour, HTTPAddr: "127.0.0.1:0",
 		LogLevel: "info", MigrateOnStart: true, ShutdownTimeout: 10 * time.Second,
 	}
+	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
