@@ -26,7 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/acme/billing/adapters/in/kafka"
-	payment "github.com/acme/billing/adapters/out/http"
+	httpgateway "github.com/acme/billing/adapters/out/http"
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
@@ -60,7 +60,7 @@ type App struct {
 	pool    *pgxpool.Pool
 	store   *postgres.Store
 	kc      *kafkaclient.Cluster
-	gateway *payment.Client
+	gateway *httpgateway.Client
 	pause   *kafka.Pause
 	maint   *postgres.DedupMaintainer
 	srv     *http.Server
@@ -123,11 +123,11 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	a.gateway, err = payment.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
-		payment.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
-		payment.WithIdleConns(max(cfg.MaxInFlight, 2)),
-		payment.WithLogger(log),
-		payment.WithTracerProvider(tune.Tracer))
+	a.gateway, err = httpgateway.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
+		httpgateway.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
+		httpgateway.WithIdleConns(max(cfg.MaxInFlight, 2)),
+		httpgateway.WithLogger(log),
+		httpgateway.WithTracerProvider(tune.Tracer))
 	if err != nil {
 		return nil, fmt.Errorf("payment client: %w", err)
 	}
