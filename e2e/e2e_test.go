@@ -24,7 +24,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ordertest"
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
@@ -150,7 +150,7 @@ type env struct {
 	store   *postgres.Store
 	gw      *gatewaystub.Stub
 	gwURL   string
-	kc      *kafka.Conn
+	kc      *kafkaclient.Cluster
 }
 
 func newEnv(t *testing.T) *env {
@@ -159,14 +159,14 @@ func newEnv(t *testing.T) *env {
 	pool, dsn := pgtest.NewDB(t)
 	gw := gatewaystub.New(gatewaystub.Options{})
 	url := gw.StartTest(t)
-	conn, err := kafka.NewConn(kafka.Settings{Brokers: kc.Brokers(), ClientID: "e2e"})
+	conn, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: kc.Brokers(), ClientID: "e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	big := map[string]string{"max.message.bytes": strconv.Itoa(8 << 20)}
-	if err := conn.EnsureTopics(ctx, []kafka.TopicSpec{{Name: topic, Partitions: partitions, Configs: big}}); err != nil {
+	if err := conn.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: topic, Partitions: partitions, Configs: big}}); err != nil {
 		t.Fatal(err)
 	}
 	return &env{t: t, brokers: kc.Brokers(), dsn: dsn, store: postgres.NewStore(pool), gw: gw, gwURL: url, kc: conn}

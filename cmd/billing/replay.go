@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/replay"
@@ -33,7 +33,7 @@ func dlqReplay(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 	if *limit < 0 {
 		return fmt.Errorf("--limit: must not be negative")
 	}
-	kc, err := kafka.NewConn(app.KafkaSettings(cfg))
+	kc, err := kafkaclient.NewCluster(app.KafkaSettings(cfg))
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,13 @@ const (
 	OutcomeDeadLettered   Outcome = "dead_lettered"   // routed to the DLQ
 )
 
+// Outcomes returns every Outcome in the order declared above: the label
+// values of billing_events_total, which the service creates at zero and
+// the demo reports. A new Outcome is added here too.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomeCharged, OutcomeDeclined, OutcomeDuplicate, OutcomeDuplicateOrder, OutcomeRetried, OutcomeDeadLettered}
+}
+
 // BillingService bills each order once, whatever the number of events and
 // deliveries for it. See Bill.
 type BillingService struct {

@@ -1,4 +1,4 @@
-package kafka
+package kafkaclient
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // over partitions of the high-water mark minus the log start offset. For the
 // DLQ it is the depth that stays up after a dead letter (until retention or
 // an operator removes it), and it is read with no consumer running.
-func (c *Conn) Records(ctx context.Context, topic string) (int64, error) {
+func (c *Cluster) Records(ctx context.Context, topic string) (int64, error) {
 	cl, done := c.Client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})

@@ -1,4 +1,4 @@
-package kafka_test
+package kafkaclient_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/kafkatest"
 )
 
@@ -28,7 +28,7 @@ func TestRecordsSumsPartitions(t *testing.T) {
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
-	conn, err := kafka.NewConn(kafka.Settings{Brokers: cl.Brokers(), ClientID: "test"})
+	conn, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: cl.Brokers(), ClientID: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

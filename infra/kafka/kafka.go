@@ -1,8 +1,11 @@
-// Package kafka builds billing's Kafka clients from configuration (brokers,
-// client id, TLS, SASL), creates the service's own topics where the cluster
-// allows it, and measures consumer lag from the brokers' high-water marks.
-// It owns connections; what flows through them is adapters/in/kafka's job.
-package kafka
+// Package kafkaclient builds billing's Kafka clients from configuration
+// (brokers, client id, TLS, SASL), creates the service's own topics where
+// the cluster allows it, and measures consumer lag from the brokers'
+// high-water marks. It owns connections; what flows through them is
+// adapters/in/kafka's job. The layout fixes its folder, infra/kafka; its
+// name differs so that it reads apart from that adapter (package kafka)
+// and from kafka-go (package kafka) in a file that imports them together.
+package kafkaclient
 
 import (
 	"context"
@@ -33,25 +36,27 @@ type Settings struct {
 	SASLPassword  string //nolint:gosec // never logged: Settings has no String and is not logged
 }
 
-// Conn holds what every client of the cluster shares: the TLS config and
-// the SASL mechanism, built once.
-type Conn struct {
+// Cluster is how to reach the Kafka cluster: the brokers, the client id and
+// what every client shares, the TLS config and the SASL mechanism, built
+// once. It holds no connection: each reader, writer, client or ping it
+// makes dials on its own.
+type Cluster struct {
 	brokers  []string
 	clientID string
 	tls      *tls.Config
 	sasl     sasl.Mechanism
 }
 
-// ErrSASLCredentials is wrapped by NewConn's error when the SASL user name
+// ErrSASLCredentials is wrapped by NewCluster's error when the SASL user name
 // or password cannot be used at all (SCRAM's SASLprep refuses them).
 var ErrSASLCredentials = errors.New("kafka: unusable SASL credentials")
 
-// NewConn checks s and prepares TLS and SASL. It does not dial.
-func NewConn(s Settings) (*Conn, error) {
+// NewCluster checks s and prepares TLS and SASL. It does not dial.
+func NewCluster(s Settings) (*Cluster, error) {
 	if len(s.Brokers) == 0 {
 		return nil, errors.New("kafka: no brokers")
 	}
-	c := &Conn{brokers: s.Brokers, clientID: s.ClientID}
+	c := &Cluster{brokers: s.Brokers, clientID: s.ClientID}
 	if s.TLS {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 		if s.TLSCAFile != "" {
@@ -91,10 +96,10 @@ func NewConn(s Settings) (*Conn, error) {
 }
 
 // Brokers returns the bootstrap brokers.
-func (c *Conn) Brokers() []string { return c.brokers }
+func (c *Cluster) Brokers() []string { return c.brokers }
 
 // Dialer returns a dialer for Readers.
-func (c *Conn) Dialer() *kafkago.Dialer {
+func (c *Cluster) Dialer() *kafkago.Dialer {
 	return &kafkago.Dialer{
 		ClientID:      c.clientID,
 		Timeout:       10 * time.Second,
@@ -106,7 +111,7 @@ func (c *Conn) Dialer() *kafkago.Dialer {
 
 // Transport returns a new transport for a Writer or a Client. Each owner
 // closes its own (CloseIdleConnections) so no goroutine outlives it.
-func (c *Conn) Transport() *kafkago.Transport {
+func (c *Cluster) Transport() *kafkago.Transport {
 	return &kafkago.Transport{
 		ClientID:    c.clientID,
 		DialTimeout: 10 * time.Second,
@@ -119,7 +124,7 @@ func (c *Conn) Transport() *kafkago.Transport {
 
 // Client returns an admin/metadata client over its own transport, and a
 // function that releases the transport's connections.
-func (c *Conn) Client() (*kafkago.Client, func()) {
+func (c *Cluster) Client() (*kafkago.Client, func()) {
 	t := c.Transport()
 	return &kafkago.Client{Addr: kafkago.TCP(c.brokers...), Transport: t, Timeout: 10 * time.Second},
 		t.CloseIdleConnections
@@ -140,7 +145,7 @@ type ReaderOptions struct {
 // generation, never by a reader. A group that has no committed offset starts
 // at the oldest record, so nothing published before the first deployment is
 // skipped. Records of aborted transactions are not read (read_committed).
-func (c *Conn) ReaderConfig(topic, group string, o ReaderOptions) kafkago.ReaderConfig {
+func (c *Cluster) ReaderConfig(topic, group string, o ReaderOptions) kafkago.ReaderConfig {
 	cfg := kafkago.ReaderConfig{
 		Brokers:           c.brokers,
 		GroupID:           group,
@@ -238,7 +243,7 @@ func Partitioner() kafkago.Balancer { return &kafkago.Murmur2Balancer{} }
 // the topic is set per message, RequireAll so that an acknowledged write
 // survives a broker loss, murmur2 so a key keeps its partition. The
 // returned function closes the writer and its transports.
-func (c *Conn) NewWriter() (*Writer, func() error) {
+func (c *Cluster) NewWriter() (*Writer, func() error) {
 	newW := func(batchSize int, batchBytes int64) (*kafkago.Writer, *kafkago.Transport) {
 		t := c.Transport()
 		return &kafkago.Writer{
@@ -271,7 +276,7 @@ func (c *Conn) NewWriter() (*Writer, func() error) {
 // as soon as one accepts. It dials rather than sending a request through a
 // Transport so that a refused SASL login comes back as the broker's error
 // (kafka.SASLAuthenticationFailed), not as a dropped connection.
-func (c *Conn) Ping(ctx context.Context) error {
+func (c *Cluster) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var errs []error
@@ -315,7 +320,7 @@ type TopicSpec struct {
 // otherwise left as it is; a cluster that refuses creation (ACLs, auto
 // creation managed elsewhere) is reported in the returned error only when
 // the topic is still missing afterwards, and a refused raise is reported.
-func (c *Conn) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
+func (c *Cluster) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 	err := c.createTopics(ctx, specs)
 	raise := map[string]int{}
 	for _, s := range specs {
@@ -329,7 +334,7 @@ func (c *Conn) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 	return oneLineErrors{err, c.raiseMaxMessageBytes(ctx, raise)}.orNil()
 }
 
-func (c *Conn) createTopics(ctx context.Context, specs []TopicSpec) error {
+func (c *Cluster) createTopics(ctx context.Context, specs []TopicSpec) error {
 	cl, done := c.Client()
 	defer done()
 	req := &kafkago.CreateTopicsRequest{}
@@ -367,7 +372,7 @@ func (c *Conn) createTopics(ctx context.Context, specs []TopicSpec) error {
 }
 
 // Partitions returns the partition count of each topic that exists.
-func (c *Conn) Partitions(ctx context.Context, topics ...string) (map[string]int, error) {
+func (c *Cluster) Partitions(ctx context.Context, topics ...string) (map[string]int, error) {
 	cl, done := c.Client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
@@ -386,7 +391,7 @@ func (c *Conn) Partitions(ctx context.Context, topics ...string) (map[string]int
 // Lag returns, per partition of topic, how many records lie between the
 // group's committed offset and the high-water mark. A partition the group
 // never committed counts from the log start.
-func (c *Conn) Lag(ctx context.Context, group, topic string) (map[int]int64, error) {
+func (c *Cluster) Lag(ctx context.Context, group, topic string) (map[int]int64, error) {
 	cl, done := c.Client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})

@@ -1,4 +1,4 @@
-package kafka
+package kafkaclient
 
 import (
 	"errors"
@@ -6,13 +6,13 @@ import (
 	"testing"
 )
 
-// The SCRAM library quotes a password SASLprep refuses; NewConn must not
+// The SCRAM library quotes a password SASLprep refuses; NewCluster must not
 // pass that text on (CONTRACT §2).
-func TestNewConnWithholdsSASLprepError(t *testing.T) {
+func TestNewClusterWithholdsSASLprepError(t *testing.T) {
 	t.Parallel()
 	const secret = "Sup3rS3cret-planted"
 	for _, mech := range []string{"scram-sha-256", "scram-sha-512"} {
-		_, err := NewConn(Settings{Brokers: []string{"127.0.0.1:9"}, SASLMechanism: mech,
+		_, err := NewCluster(Settings{Brokers: []string{"127.0.0.1:9"}, SASLMechanism: mech,
 			SASLUsername: "billing", SASLPassword: secret + "\u0007"})
 		if !errors.Is(err, ErrSASLCredentials) {
 			t.Fatalf("%s: err = %v, want ErrSASLCredentials", mech, err)

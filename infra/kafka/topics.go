@@ -1,4 +1,4 @@
-package kafka
+package kafkaclient
 
 import (
 	"context"
@@ -15,7 +15,7 @@ const MaxMessageBytesConfig = "max.message.bytes"
 
 // MaxMessageBytes returns the effective max.message.bytes of topic: its own
 // setting or, without one, the broker's message.max.bytes.
-func (c *Conn) MaxMessageBytes(ctx context.Context, topic string) (int, error) {
+func (c *Cluster) MaxMessageBytes(ctx context.Context, topic string) (int, error) {
 	got, err := c.maxMessageBytes(ctx, []string{topic})
 	if err != nil {
 		return 0, err
@@ -27,7 +27,7 @@ func (c *Conn) MaxMessageBytes(ctx context.Context, topic string) (int, error) {
 	return n, nil
 }
 
-func (c *Conn) maxMessageBytes(ctx context.Context, topics []string) (map[string]int, error) {
+func (c *Cluster) maxMessageBytes(ctx context.Context, topics []string) (map[string]int, error) {
 	cl, done := c.Client()
 	defer done()
 	req := &kafkago.DescribeConfigsRequest{}
@@ -65,7 +65,7 @@ func (c *Conn) maxMessageBytes(ctx context.Context, topics []string) (map[string
 // want that is below its wanted value, leaving higher ones as they are.
 // It uses IncrementalAlterConfigs (Kafka 2.3+), which changes only that
 // config; AlterConfigs would reset every other override of the topic.
-func (c *Conn) raiseMaxMessageBytes(ctx context.Context, want map[string]int) error {
+func (c *Cluster) raiseMaxMessageBytes(ctx context.Context, want map[string]int) error {
 	topics := make([]string, 0, len(want))
 	for t := range want {
 		topics = append(topics, t)
@@ -129,7 +129,7 @@ func RoutedMaxMessageBytes(mainMax int) int {
 // TierTopics returns the retry tier topics "<prefix>.N" (N = 1..) that exist
 // on the cluster, by N. It reads the metadata of every topic the service
 // may see.
-func (c *Conn) TierTopics(ctx context.Context, prefix string) (map[int]string, error) {
+func (c *Cluster) TierTopics(ctx context.Context, prefix string) (map[int]string, error) {
 	cl, done := c.Client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{})

@@ -1,4 +1,4 @@
-package kafka_test
+package kafkaclient_test
 
 import (
 	"context"
@@ -8,15 +8,15 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/kafkatest"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }
 
-func conn(t *testing.T, brokers []string) *kafka.Conn {
+func conn(t *testing.T, brokers []string) *kafkaclient.Cluster {
 	t.Helper()
-	kc, err := kafka.NewConn(kafka.Settings{Brokers: brokers, ClientID: "billing-test"})
+	kc, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: brokers, ClientID: "billing-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func create(t *testing.T, brokers []string, topic string, maxBytes int) {
 	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr, Timeout: 30 * time.Second}
 	tc := kafkago.TopicConfig{Topic: topic, NumPartitions: 1, ReplicationFactor: 1}
 	if maxBytes > 0 {
-		tc.ConfigEntries = []kafkago.ConfigEntry{{ConfigName: kafka.MaxMessageBytesConfig, ConfigValue: strconv.Itoa(maxBytes)}}
+		tc.ConfigEntries = []kafkago.ConfigEntry{{ConfigName: kafkaclient.MaxMessageBytesConfig, ConfigValue: strconv.Itoa(maxBytes)}}
 	}
 	res, err := cl.CreateTopics(context.Background(), &kafkago.CreateTopicsRequest{Topics: []kafkago.TopicConfig{tc}})
 	if err == nil {
@@ -61,11 +61,11 @@ func TestEnsureTopicsRaisesMaxMessageBytes(t *testing.T) {
 	if err != nil || mainMax != 10<<20 {
 		t.Fatalf("MaxMessageBytes(main) = %d, %v; want %d", mainMax, err, 10<<20)
 	}
-	least := kafka.RoutedMaxMessageBytes(mainMax)
+	least := kafkaclient.RoutedMaxMessageBytes(mainMax)
 	if least <= mainMax {
 		t.Fatalf("RoutedMaxMessageBytes(%d) = %d leaves no room for headers", mainMax, least)
 	}
-	specs := []kafka.TopicSpec{{Name: old, Partitions: 1, MinMaxMessageBytes: least},
+	specs := []kafkaclient.TopicSpec{{Name: old, Partitions: 1, MinMaxMessageBytes: least},
 		{Name: missing, Partitions: 1, MinMaxMessageBytes: least}, {Name: big, Partitions: 1, MinMaxMessageBytes: least}}
 	if err := kc.EnsureTopics(ctx, specs); err != nil {
 		t.Fatalf("EnsureTopics: %v", err)

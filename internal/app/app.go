@@ -25,10 +25,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	kafkain "github.com/acme/billing/adapters/in/kafka"
-	payment "github.com/acme/billing/adapters/out/http"
+	"github.com/acme/billing/adapters/in/kafka"
+	httpgateway "github.com/acme/billing/adapters/out/http"
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/metrics"
@@ -38,7 +38,7 @@ import (
 // Tuning holds knobs that are not part of the public configuration but that
 // tests and the demo turn to go fast.
 type Tuning struct {
-	Reader         kafka.ReaderOptions
+	Reader         kafkaclient.ReaderOptions
 	CommitInterval time.Duration
 	ProbeInterval  time.Duration // health check of Postgres and Kafka while nothing is down; a tenth of it while paused
 	LagInterval    time.Duration
@@ -59,9 +59,9 @@ type App struct {
 
 	pool    *pgxpool.Pool
 	store   *postgres.Store
-	kc      *kafka.Conn
-	gateway *payment.Client
-	pause   *kafkain.Pause
+	kc      *kafkaclient.Cluster
+	gateway *httpgateway.Client
+	pause   *kafka.Pause
 	maint   *postgres.DedupMaintainer
 	srv     *http.Server
 	ln      net.Listener
@@ -116,24 +116,24 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		return nil, err
 	}
 
-	a.kc, err = kafka.NewConn(KafkaSettings(cfg))
-	if errors.Is(err, kafka.ErrSASLCredentials) {
+	a.kc, err = kafkaclient.NewCluster(KafkaSettings(cfg))
+	if errors.Is(err, kafkaclient.ErrSASLCredentials) {
 		return nil, fmt.Errorf("%w: check BILLING_KAFKA_SASL_USERNAME and BILLING_KAFKA_SASL_PASSWORD", err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	a.gateway, err = payment.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
-		payment.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
-		payment.WithIdleConns(max(cfg.MaxInFlight, 2)),
-		payment.WithLogger(log),
-		payment.WithTracerProvider(tune.Tracer))
+	a.gateway, err = httpgateway.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
+		httpgateway.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
+		httpgateway.WithIdleConns(max(cfg.MaxInFlight, 2)),
+		httpgateway.WithLogger(log),
+		httpgateway.WithTracerProvider(tune.Tracer))
 	if err != nil {
 		return nil, fmt.Errorf("payment client: %w", err)
 	}
 	a.onClose(a.gateway.CloseIdleConnections)
 
-	a.pause = kafkain.NewPause(a.Metrics.ConsumerPaused, log)
+	a.pause = kafka.NewPause(a.Metrics.ConsumerPaused, log)
 	a.pause.SetProbe(order.DependencyPostgres, a.store.Ping)
 	a.pause.SetProbe(order.DependencyKafka, a.kc.Ping)
 
@@ -173,8 +173,8 @@ func (a *App) Close() {
 }
 
 // KafkaSettings extracts the Kafka connection settings from cfg.
-func KafkaSettings(cfg config.Config) kafka.Settings {
-	return kafka.Settings{
+func KafkaSettings(cfg config.Config) kafkaclient.Settings {
+	return kafkaclient.Settings{
 		Brokers:       cfg.KafkaBrokers,
 		ClientID:      cfg.KafkaClientID,
 		TLS:           cfg.KafkaTLSEnabled,
@@ -262,7 +262,7 @@ func (a *App) Run(ctx context.Context) error {
 		defer stop()
 		var bg sync.WaitGroup
 		bg.Go(func() {
-			a.pause.Run(bctx, kafkain.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
+			a.pause.Run(bctx, kafka.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
 		})
 		select {
 		case <-started:
@@ -435,20 +435,20 @@ func (a *App) consume(ctx context.Context) error {
 // function that closes their readers and the routing writer. Readers are
 // built here rather than in New: a group reader joins its group at once,
 // and a process that is still waiting for Postgres must not hold partitions.
-func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func(), error) {
+func (a *App) newConsumers(ctx context.Context) ([]*kafka.Consumer, func(), error) {
 	cfg := a.cfg
 	writer, closeWriter := a.kc.NewWriter()
-	routes := kafkain.Routes{Group: cfg.KafkaGroupID, RetryDelays: cfg.RetryDelaysDurations(), DLQTopic: cfg.KafkaDLQTopic}
+	routes := kafka.Routes{Group: cfg.KafkaGroupID, RetryDelays: cfg.RetryDelaysDurations(), DLQTopic: cfg.KafkaDLQTopic}
 	for i := range cfg.RetryDelays {
 		routes.RetryTopics = append(routes.RetryTopics, cfg.RetryTopic(i+1))
 	}
-	router := kafkain.NewRouter(writer, routes, a.Metrics, a.pause, a.log)
+	router := kafka.NewRouter(writer, routes, a.Metrics, a.pause, a.log)
 	billing := order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID)
-	handler := kafkain.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency, kafkain.WithTracerProvider(a.tune.Tracer))
+	handler := kafka.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency, kafka.WithTracerProvider(a.tune.Tracer))
 
 	var (
-		consumers []*kafkain.Consumer
-		sources   []*kafkain.GroupSource
+		consumers []*kafka.Consumer
+		sources   []*kafka.GroupSource
 	)
 	closeAll := func() {
 		for _, src := range sources {
@@ -461,14 +461,14 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func(), er
 		}
 	}
 	for _, s := range a.sources(ctx) {
-		src, err := kafkain.NewGroupSource(a.kc.ReaderConfig(s.topic, s.group, a.tune.Reader))
+		src, err := kafka.NewGroupSource(a.kc.ReaderConfig(s.topic, s.group, a.tune.Reader))
 		if err != nil { // only a configuration NewGroupSource rejects
 			closeAll()
 			return nil, nil, fmt.Errorf("consume %s: %w", s.topic, err)
 		}
 		sources = append(sources, src)
-		consumers = append(consumers, kafkain.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
-			kafkain.Options{
+		consumers = append(consumers, kafka.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
+			kafka.Options{
 				Tier:             s.tier,
 				RetryDelay:       tierDelay(routes.RetryDelays, s.tier),
 				MaxInFlight:      cfg.MaxInFlight,
@@ -500,10 +500,10 @@ func (a *App) ensureTopics(ctx context.Context) error {
 	if err != nil {
 		a.log.Warn("main topic's max.message.bytes unknown", slog.String("error", err.Error()))
 	}
-	least := kafka.RoutedMaxMessageBytes(mainMax)
-	specs := []kafka.TopicSpec{{Name: a.cfg.KafkaDLQTopic, Partitions: n, MinMaxMessageBytes: least}}
+	least := kafkaclient.RoutedMaxMessageBytes(mainMax)
+	specs := []kafkaclient.TopicSpec{{Name: a.cfg.KafkaDLQTopic, Partitions: n, MinMaxMessageBytes: least}}
 	for i := range a.cfg.RetryDelays {
-		specs = append(specs, kafka.TopicSpec{Name: a.cfg.RetryTopic(i + 1), Partitions: n, MinMaxMessageBytes: least})
+		specs = append(specs, kafkaclient.TopicSpec{Name: a.cfg.RetryTopic(i + 1), Partitions: n, MinMaxMessageBytes: least})
 	}
 	return a.kc.EnsureTopics(ctx, specs)
 }

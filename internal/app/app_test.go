@@ -71,6 +71,7 @@ func newHarnessLogged(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, ds
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

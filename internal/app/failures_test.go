@@ -13,7 +13,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ordertest"
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
@@ -88,7 +88,7 @@ func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
 	poll.Until(t, "dead_lettered", 10*time.Second, func() bool { return h.outcome("dead_lettered") == 1 })
 	close(healed)
 
-	kc, err := kafka.NewConn(KafkaSettings(h.cfg))
+	kc, err := kafkaclient.NewCluster(KafkaSettings(h.cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

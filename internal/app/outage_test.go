@@ -275,6 +275,7 @@ func TestStartWaitsForKafka(t *testing.T) {
 	_ = ln.Close()
 	_, dsn := pgtest.NewDB(t)
 	cfg := testConfig([]string{nowhere}, dsn, "http://127.0.0.1:1")
+	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

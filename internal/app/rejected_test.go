@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/poll"
@@ -45,7 +45,7 @@ func TestGateway400RejectedThenReplayCharges(t *testing.T) {
 	poll.Until(t, "dead_lettered", 10*time.Second, func() bool { return h.outcome("dead_lettered") == 1 })
 
 	close(fixed)
-	kc, err := kafka.NewConn(KafkaSettings(h.cfg))
+	kc, err := kafkaclient.NewCluster(KafkaSettings(h.cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

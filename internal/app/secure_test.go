@@ -41,6 +41,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 			cfg.RetryDelays = cfg.RetryDelays[:1]
 			cfg.KafkaTLSEnabled, cfg.KafkaTLSCAFile = true, caFile
 			cfg.KafkaSASLMechanism, cfg.KafkaSASLUsername, cfg.KafkaSASLPassword = mech, "billing", "wrong-password-123"
+			cfg.Normalize()
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkatest"
@@ -106,7 +106,7 @@ func produceSteps(t *testing.T, brokers []string, topic string, steps ...txnStep
 func TestTransactionsRealBroker(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.NewReal(t).Brokers()
-	kc, err := kafka.NewConn(kafka.Settings{Brokers: brokers, ClientID: "txn-test"})
+	kc, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: brokers, ClientID: "txn-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +211,7 @@ func newRealHarness(t *testing.T, brokers []string) *harness {
 	url := gw.StartTest(t)
 	cfg := testConfig(brokers, dsn, url)
 	cfg.KafkaGroupID = kafkatest.UniqueName(t, "billing")
+	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func newRealHarness(t *testing.T, brokers []string) *harness {
 func TestTransactionsKfake(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.NewFake(t).Brokers()
-	kc, err := kafka.NewConn(kafka.Settings{Brokers: brokers, ClientID: "txn-test"})
+	kc, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: brokers, ClientID: "txn-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestTransactionsKfake(t *testing.T) {
 // readerSkipsAbortedAndMarkers: the reader billing builds sees the committed
 // records in order and nothing else, also when the partition ends with an
 // aborted transaction that a later record follows.
-func readerSkipsAbortedAndMarkers(t *testing.T, kc *kafka.Conn, brokers []string) {
+func readerSkipsAbortedAndMarkers(t *testing.T, kc *kafkaclient.Cluster, brokers []string) {
 	topic := kafkatest.UniqueName(t, "txn.reader")
 	kafkatest.CreateTopics(t, brokers, 1, topic)
 	produceSteps(t, brokers, topic,
@@ -263,7 +264,7 @@ func readerSkipsAbortedAndMarkers(t *testing.T, kc *kafka.Conn, brokers []string
 
 // replayCopiesCommittedOnly: dlq replay copies the committed and plain DLQ
 // records only, also when the DLQ ends with an abort marker.
-func replayCopiesCommittedOnly(t *testing.T, kc *kafka.Conn, brokers []string) {
+func replayCopiesCommittedOnly(t *testing.T, kc *kafkaclient.Cluster, brokers []string) {
 	dlq, target := kafkatest.UniqueName(t, "txn.dlq"), kafkatest.UniqueName(t, "txn.replayed")
 	kafkatest.CreateTopics(t, brokers, 1, dlq, target)
 	produceSteps(t, brokers, dlq,

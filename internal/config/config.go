@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/acme/billing/core/order"
 )
 
 // Prefix is the environment prefix of every variable.
@@ -93,32 +95,49 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("config: %s: %s", e.Var, e.Reason) }
 
-// Load reads the configuration from the process environment and validates
-// it. The error, if any, is one line naming the variable.
+// Load reads the configuration from the process environment, validates it
+// and normalizes it. The error, if any, is one line naming the variable.
 func Load() (Config, error) {
 	var c Config
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return Config{}, translateEnvconfigError(err)
 	}
+	// Validate before Normalize, so that an error quotes the value as it was
+	// written.
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
+	c.Normalize()
 	return c, nil
 }
 
-var (
-	currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
-	hostPortRE = regexp.MustCompile(`^[^\s:/]+:[0-9]{1,5}$`)
-)
+var hostPortRE = regexp.MustCompile(`^[^\s:/]+:[0-9]{1,5}$`)
 
-// Validate checks values envconfig accepted but the service cannot use.
-func (c *Config) Validate() error {
+// Normalize puts values in the form the service uses: brokers without
+// surrounding spaces, the SASL mechanism and log level in lower case, and
+// DBMaxConns derived from MaxInFlight when unset. Load calls it; a Config
+// built in code calls it too, before or after Validate.
+func (c *Config) Normalize() {
+	for i, b := range c.KafkaBrokers {
+		c.KafkaBrokers[i] = strings.TrimSpace(b)
+	}
+	c.KafkaSASLMechanism = strings.ToLower(c.KafkaSASLMechanism)
+	c.LogLevel = strings.ToLower(c.LogLevel)
+	if c.DBMaxConns == 0 {
+		c.DBMaxConns = DefaultDBMaxConns(c.MaxInFlight)
+	}
+}
+
+// Validate reports values envconfig accepted but the service cannot use; it
+// changes nothing. It accepts a value as a person writes it (spaces around a
+// broker, any case of the SASL mechanism and log level, DBMaxConns unset),
+// which Normalize then puts in the service's form.
+func (c Config) Validate() error {
 	if len(c.KafkaBrokers) == 0 {
 		return &Error{"BILLING_KAFKA_BROKERS", "required, comma-separated host:port"}
 	}
-	for i, b := range c.KafkaBrokers {
-		c.KafkaBrokers[i] = strings.TrimSpace(b)
-		if !hostPortRE.MatchString(c.KafkaBrokers[i]) {
+	for _, b := range c.KafkaBrokers {
+		if !hostPortRE.MatchString(strings.TrimSpace(b)) {
 			return &Error{"BILLING_KAFKA_BROKERS", fmt.Sprintf("%q is not host:port", b)}
 		}
 	}
@@ -145,7 +164,6 @@ func (c *Config) Validate() error {
 	switch strings.ToLower(c.KafkaSASLMechanism) {
 	case "":
 	case "plain", "scram-sha-256", "scram-sha-512":
-		c.KafkaSASLMechanism = strings.ToLower(c.KafkaSASLMechanism)
 		if c.KafkaSASLUsername == "" {
 			return &Error{"BILLING_KAFKA_SASL_USERNAME", "required when BILLING_KAFKA_SASL_MECHANISM is set"}
 		}
@@ -163,7 +181,7 @@ func (c *Config) Validate() error {
 	if c.PaymentTimeout <= 0 {
 		return &Error{"BILLING_PAYMENT_TIMEOUT", "must be positive"}
 	}
-	if !currencyRE.MatchString(c.DefaultCurrency) {
+	if !order.ValidCurrency(c.DefaultCurrency) {
 		return &Error{"BILLING_DEFAULT_CURRENCY", "must be 3 upper-case letters"}
 	}
 	if c.MaxInFlight < 1 || c.MaxInFlight > 10000 {
@@ -171,9 +189,6 @@ func (c *Config) Validate() error {
 	}
 	if c.DBMaxConns < 0 {
 		return &Error{"BILLING_DB_MAX_CONNS", "must not be negative"}
-	}
-	if c.DBMaxConns == 0 {
-		c.DBMaxConns = DefaultDBMaxConns(c.MaxInFlight)
 	}
 	if c.DedupRetention < time.Hour {
 		return &Error{"BILLING_DEDUP_RETENTION", "must be at least 1h"}
@@ -194,7 +209,6 @@ func (c *Config) Validate() error {
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":
-		c.LogLevel = strings.ToLower(c.LogLevel)
 	default:
 		return &Error{"BILLING_LOG_LEVEL", fmt.Sprintf("%q is not debug, info, warn or error", c.LogLevel)}
 	}

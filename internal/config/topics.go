@@ -25,7 +25,7 @@ func tierOf(prefix, topic string) (int, bool) {
 // events with failed ones. A main or DLQ topic named like any tier
 // ("<prefix>.N", whatever N) is rejected, not only N up to the number of
 // delays: tiers beyond that count are still consumed (CONTRACT §2).
-func (c *Config) validateTopics() error {
+func (c Config) validateTopics() error {
 	if c.KafkaTopic == c.KafkaDLQTopic {
 		return &Error{"BILLING_KAFKA_DLQ_TOPIC", fmt.Sprintf("equals BILLING_KAFKA_TOPIC (%q): the DLQ must be another topic", c.KafkaTopic)}
 	}

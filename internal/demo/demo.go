@@ -163,6 +163,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 		MaxInFlight: o.MaxInFlight, DedupRetention: 168 * time.Hour, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour, HTTPAddr: "127.0.0.1:0",
 		LogLevel: "info", MigrateOnStart: true, ShutdownTimeout: 10 * time.Second,
 	}
+	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -299,8 +300,8 @@ func produce(ctx context.Context, brokers []string, msgs []kafkago.Message) erro
 
 func counts(m *metrics.Metrics) map[string]int {
 	out := map[string]int{}
-	for _, o := range metrics.Outcomes {
-		out[o] = int(testutil.ToFloat64(m.Events.WithLabelValues(o)))
+	for _, o := range order.Outcomes() {
+		out[string(o)] = int(testutil.ToFloat64(m.Events.WithLabelValues(string(o))))
 	}
 	return out
 }
@@ -389,8 +390,8 @@ func printReport(out io.Writer, r *Report, o Options, dlq string) {
 	p("  %4d malformed records (%s)", len(r.BadSent), strings.Join(r.BadSent, ", "))
 	p("")
 	p("what billing did (billing_events_total):")
-	for _, k := range metrics.Outcomes {
-		p("  %-16s %4d", k, r.Outcomes[k])
+	for _, k := range order.Outcomes() {
+		p("  %-16s %4d", k, r.Outcomes[string(k)])
 	}
 	p("")
 	p("invoices in Postgres: %d orders — %d charged, %d declined, %d pending",

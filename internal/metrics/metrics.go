@@ -7,6 +7,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/acme/billing/core/order"
 )
 
 // Metrics holds the service's collectors.
@@ -32,10 +34,6 @@ type Metrics struct {
 	PendingOldest    prometheus.Gauge       // from Postgres, by the pending completer
 	Gathered         prometheus.Gatherer    // what /metrics serves
 }
-
-// Outcome label values of billing_events_total; kept here so dashboards and
-// tests can enumerate them.
-var Outcomes = []string{"charged", "declined", "duplicate", "duplicate_order", "retried", "dead_lettered"}
 
 // New registers every metric on reg (and the Go and process collectors when
 // withRuntime is true) and returns them. Every outcome label is created at
@@ -132,8 +130,8 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	for _, o := range Outcomes {
-		m.Events.WithLabelValues(o)
+	for _, o := range order.Outcomes() {
+		m.Events.WithLabelValues(string(o))
 	}
 	for _, r := range []string{"ok", "error", "skipped"} {
 		m.MaintenanceRuns.WithLabelValues(r)

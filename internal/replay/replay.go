@@ -16,8 +16,8 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	kafkain "github.com/acme/billing/adapters/in/kafka"
-	"github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/adapters/in/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 )
 
 // Options filters what is replayed.
@@ -32,7 +32,7 @@ type Options struct {
 // wait for the next replay), and copies the selected records to topic. It
 // returns how many records were (or, dry, would be) replayed. Writes are
 // acknowledged by all in-sync replicas before Run returns.
-func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log *slog.Logger) (int, error) {
+func Run(ctx context.Context, kc *kafkaclient.Cluster, dlq, topic string, o Options, log *slog.Logger) (int, error) {
 	cl, done := kc.Client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{dlq}})
@@ -58,7 +58,7 @@ func Run(ctx context.Context, kc *kafka.Conn, dlq, topic string, o Options, log 
 	parts := lo.Topics[dlq]
 	slices.SortFunc(parts, func(a, b kafkago.PartitionOffsets) int { return a.Partition - b.Partition })
 
-	var w *kafka.Writer
+	var w *kafkaclient.Writer
 	if !o.DryRun {
 		var closeW func() error
 		w, closeW = kc.NewWriter()
@@ -98,7 +98,7 @@ const (
 
 // newPartitionReader reads one partition of topic from an offset the
 // caller sets; readOriginal uses it for the one record a stub points to.
-func newPartitionReader(kc *kafka.Conn, topic string, partition int) *kafkago.Reader {
+func newPartitionReader(kc *kafkaclient.Cluster, topic string, partition int) *kafkago.Reader {
 	return kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers:        kc.Brokers(),
 		Topic:          topic,
@@ -119,7 +119,7 @@ func newPartitionReader(kc *kafka.Conn, topic string, partition int) *kafkago.Re
 // hidden but still take offsets: a partition may end with them, and only a
 // Batch tells how far a fetch got past them (Batch.Offset), where a Reader
 // would wait for a record that never comes.
-func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafka.Writer, dlq, topic string,
+func replayPartition(ctx context.Context, kc *kafkaclient.Cluster, w *kafkaclient.Writer, dlq, topic string,
 	p kafkago.PartitionOffsets, o Options, already int, log *slog.Logger) (int, error) {
 	conn, err := dialLeader(ctx, kc, dlq, p.Partition)
 	if err != nil {
@@ -191,7 +191,7 @@ func replayPartition(ctx context.Context, kc *kafka.Conn, w *kafka.Writer, dlq, 
 
 // dialLeader connects to the leader of the partition through the first
 // broker that answers.
-func dialLeader(ctx context.Context, kc *kafka.Conn, topic string, partition int) (*kafkago.Conn, error) {
+func dialLeader(ctx context.Context, kc *kafkaclient.Cluster, topic string, partition int) (*kafkago.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var errs []error
@@ -208,7 +208,7 @@ func dialLeader(ctx context.Context, kc *kafka.Conn, topic string, partition int
 // write writes batch to topic. A batch the broker refuses as too large (the
 // main topic may accept less than a batch holds) is written again one
 // record at a time, in order.
-func write(ctx context.Context, w *kafka.Writer, topic string, batch []kafkago.Message) error {
+func write(ctx context.Context, w *kafkaclient.Writer, topic string, batch []kafkago.Message) error {
 	err := w.WriteMessages(ctx, batch...)
 	if err == nil {
 		return nil
@@ -243,8 +243,8 @@ func tooLarge(err error) bool {
 // x-original-*, read back from there; when that is gone (retention) or is
 // not the same record, it is skipped and logged, since replaying an empty
 // value would only dead-letter it again.
-func original(ctx context.Context, kc *kafka.Conn, msg kafkago.Message, topic string, log *slog.Logger) (kafkago.Message, bool) {
-	if _, omitted := kafkain.Header(msg, kafkain.HeaderValueOmitted); !omitted {
+func original(ctx context.Context, kc *kafkaclient.Cluster, msg kafkago.Message, topic string, log *slog.Logger) (kafkago.Message, bool) {
+	if _, omitted := kafka.Header(msg, kafka.HeaderValueOmitted); !omitted {
 		return Original(msg, topic), true
 	}
 	src, err := readOriginal(ctx, kc, msg)
@@ -258,10 +258,10 @@ func original(ctx context.Context, kc *kafka.Conn, msg kafkago.Message, topic st
 
 // readOriginal reads the record x-original-* of msg point to, and checks
 // that it has msg's key.
-func readOriginal(ctx context.Context, kc *kafka.Conn, msg kafkago.Message) (kafkago.Message, error) {
-	t, _ := kafkain.Header(msg, kafkain.HeaderOriginalTopic)
-	ps, _ := kafkain.Header(msg, kafkain.HeaderOriginalPartition)
-	offs, _ := kafkain.Header(msg, kafkain.HeaderOriginalOffset)
+func readOriginal(ctx context.Context, kc *kafkaclient.Cluster, msg kafkago.Message) (kafkago.Message, error) {
+	t, _ := kafka.Header(msg, kafka.HeaderOriginalTopic)
+	ps, _ := kafka.Header(msg, kafka.HeaderOriginalPartition)
+	offs, _ := kafka.Header(msg, kafka.HeaderOriginalOffset)
 	part, perr := strconv.Atoi(ps)
 	off, oerr := strconv.ParseInt(offs, 10, 64)
 	if t == "" || perr != nil || oerr != nil {
@@ -290,7 +290,7 @@ func keep(msg kafkago.Message, since time.Time) bool {
 	if since.IsZero() {
 		return true
 	}
-	v, ok := kafkain.Header(msg, kafkain.HeaderFailedAt)
+	v, ok := kafka.Header(msg, kafka.HeaderFailedAt)
 	if !ok {
 		return false
 	}
@@ -302,7 +302,7 @@ func keep(msg kafkago.Message, since time.Time) bool {
 func Original(msg kafkago.Message, topic string) kafkago.Message {
 	var hs []kafkago.Header
 	for _, h := range msg.Headers {
-		if !slices.Contains(kafkain.RoutingHeaders, h.Key) {
+		if !slices.Contains(kafka.RoutingHeaders, h.Key) {
 			hs = append(hs, h)
 		}
 	}

@@ -13,16 +13,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/replay"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newConn(t *testing.T, brokers []string) *kafka.Conn {
+func newConn(t *testing.T, brokers []string) *kafkaclient.Cluster {
 	t.Helper()
-	kc, err := kafka.NewConn(kafka.Settings{Brokers: brokers, ClientID: "replay-test"})
+	kc, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: brokers, ClientID: "replay-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func write(t *testing.T, brokers []string, topic string, msgs ...kafkago.Message
 	t.Helper()
 	tr := &kafkago.Transport{DialTimeout: 10 * time.Second}
 	defer tr.CloseIdleConnections()
-	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Topic: topic, Transport: tr, Balancer: kafka.Partitioner(),
+	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Topic: topic, Transport: tr, Balancer: kafkaclient.Partitioner(),
 		BatchBytes: 8 << 20, BatchTimeout: time.Millisecond, RequiredAcks: kafkago.RequireAll}
 	defer w.Close()
 	for _, m := range msgs { // one by one: a 2-partition DLQ keeps their order per key

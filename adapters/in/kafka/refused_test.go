@@ -16,7 +16,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
 )
@@ -101,7 +101,7 @@ func (r *refusedRig) produce(t *testing.T, values ...[]byte) {
 // error, routing through the production writer, until the returned stop.
 func (r *refusedRig) consume(t *testing.T) (stop func()) {
 	t.Helper()
-	kc, err := kafka.NewConn(kafka.Settings{Brokers: r.brokers, ClientID: "billing-test"})
+	kc, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: r.brokers, ClientID: "billing-test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,15 @@
-// Package payment is the payment gateway adapter: it implements
+// Package httpgateway is the payment gateway adapter: it implements
 // order.PaymentGateway over HTTP as CONTRACT.md §6 describes, translating
 // every reply and transport failure into a ChargeResult or a typed error of
 // core/order, and it stops calling a gateway that fails nearly every call
 // (a circuit breaker), reporting an outage instead.
 //
-// The directory is adapters/out/http; the package is named payment so that
-// it does not shadow net/http.
-package payment
+// The layout fixes the directory, adapters/out/http: an outbound adapter
+// named after the protocol it speaks. The package is not named http, which
+// would shadow net/http here and in every file that imports both; it is
+// httpgateway, the folder's name followed by what it reaches, so that
+// httpgateway.NewClient reads as the HTTP client of the gateway.
+package httpgateway
 
 import (
 	"bytes"

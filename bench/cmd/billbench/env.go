@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/kafkabroker"
 	"github.com/acme/billing/internal/pgcluster"
 )
@@ -37,7 +37,7 @@ type env struct {
 	brokerKind string // what the report says about the broker
 	brokerPID  int    // 0 for kfake (in this process)
 	stopBroker func() error
-	kc         *kafka.Conn
+	kc         *kafkaclient.Cluster
 
 	runtime map[string]string // the Go runtime variables the Deployment gives the pod
 	facts   []string          // machine facts for the report
@@ -98,7 +98,7 @@ func startEnv(ctx context.Context, o options, log *slog.Logger) (e *env, err err
 		return nil, err
 	}
 	log.Info("broker started", slog.String("kind", e.brokerKind), slog.Duration("took", time.Since(t)))
-	if e.kc, err = kafka.NewConn(kafka.Settings{Brokers: e.brokers, ClientID: "billbench"}); err != nil {
+	if e.kc, err = kafkaclient.NewCluster(kafkaclient.Settings{Brokers: e.brokers, ClientID: "billbench"}); err != nil {
 		return nil, err
 	}
 

@@ -20,7 +20,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkabroker"
 )
@@ -77,7 +77,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		return r, err
 	}
 	topic, group := name, name
-	if err := e.kc.EnsureTopics(ctx, []kafka.TopicSpec{{Name: topic, Partitions: o.partitions}}); err != nil {
+	if err := e.kc.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: topic, Partitions: o.partitions}}); err != nil {
 		return r, err
 	}
 	t := time.Now()
