@@ -20,9 +20,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +28,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/acme/billing/internal/pgcluster"
 )
 
 const (
@@ -94,7 +94,7 @@ func Start(t testing.TB, upstreamDSN string, opts Options) *Bouncer {
 	}
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
-		if cred, err = postgresCredential(); err != nil {
+		if cred, err = pgcluster.PostgresCredential(); err != nil {
 			t.Fatalf("pgbouncertest: %v", err)
 		}
 	}
@@ -114,7 +114,7 @@ func Start(t testing.TB, upstreamDSN string, opts Options) *Bouncer {
 	// PgBouncer binds it: try another one then.
 	var lastErr error
 	for range 3 {
-		port, err := freePort()
+		port, err := pgcluster.FreePort()
 		if err != nil {
 			t.Fatalf("pgbouncertest: %v", err)
 		}
@@ -269,21 +269,7 @@ func (b *Bouncer) launch(bin string, cred *syscall.Credential) error {
 	cmd.Stdout, cmd.Stderr = b.log, b.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	b.cmd = cmd
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal fires when the forking thread exits: keep
-		// this goroutine on its thread for as long as pgbouncer runs.
-		runtime.LockOSThread()
-		defer close(b.exited)
-		err := cmd.Start()
-		started <- err
-		if err != nil {
-			b.waitErr = err
-			return
-		}
-		b.waitErr = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	if err := pgcluster.StartTied(cmd, b.exited, &b.waitErr, nil); err != nil {
 		return fmt.Errorf("run pgbouncer: %w", err)
 	}
 	return nil
@@ -369,28 +355,3 @@ func (b *Bouncer) logTail() string {
 
 // LogTail returns the end of pgbouncer's log, for a failing test to print.
 func (b *Bouncer) LogTail() string { return b.logTail() }
-
-func postgresCredential() (*syscall.Credential, error) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("running as root needs the postgres OS user (pgbouncer refuses root): %w", err)
-	}
-	uid, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("uid of postgres: %w", err)
-	}
-	gid, err := strconv.ParseUint(u.Gid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("gid of postgres: %w", err)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

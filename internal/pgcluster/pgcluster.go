@@ -114,7 +114,7 @@ func Start(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	if os.Geteuid() == 0 {
-		if c.cred, err = postgresCredential(); err != nil {
+		if c.cred, err = PostgresCredential(); err != nil {
 			return nil, err
 		}
 	}
@@ -156,7 +156,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	for range attempts {
 		port := int(c.port.Load())
 		if port == 0 {
-			if port, err = freePort(); err != nil {
+			if port, err = FreePort(); err != nil {
 				return err
 			}
 		}
@@ -269,7 +269,9 @@ func compareVersions(a, b string) int {
 	return strings.Compare(a, b)
 }
 
-func postgresCredential() (*syscall.Credential, error) {
+// PostgresCredential is the credential of the postgres OS user, which the
+// server (and PgBouncer) must run as when the tests run as root.
+func PostgresCredential() (*syscall.Credential, error) {
 	u, err := user.Lookup(superuser)
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: running as root needs the %q OS user: %w", superuser, err)
@@ -417,27 +419,37 @@ func (c *Cluster) launch(port int) (*process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT}
 
 	p := &process{cmd: cmd, exited: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal fires when the thread that forked exits,
-		// not the process. Lock this goroutine to its thread and keep it
-		// waiting for the postmaster, so the thread lives exactly as long
-		// as the postmaster; it ends (locked) after the postmaster exits.
-		runtime.LockOSThread()
-		defer close(p.exited)
-		err := cmd.Start()
-		_ = logf.Close() // the child has its own descriptor
-		started <- err
-		if err != nil {
-			p.waitErr = err
-			return
-		}
-		p.waitErr = cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	err = StartTied(cmd, p.exited, &p.waitErr, func() { _ = logf.Close() }) // the child has its own descriptor
+	if err != nil {
 		return nil, fmt.Errorf("pgcluster: run postgres: %w", err)
 	}
 	return p, nil
+}
+
+// StartTied starts cmd, whose SysProcAttr.Pdeathsig should be set, so that
+// it dies with this process: the parent-death signal fires when the thread
+// that forked exits, not the process, so the start happens on a goroutine
+// locked to its thread that then waits for cmd, and the thread lives
+// exactly as long as cmd (it ends, locked, after cmd exits). afterStart,
+// when not nil, runs right after the start attempt. Once cmd has exited and
+// been reaped, its error is stored in *waitErr and exited is closed.
+func StartTied(cmd *exec.Cmd, exited chan<- struct{}, waitErr *error, afterStart func()) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer close(exited)
+		err := cmd.Start()
+		if afterStart != nil {
+			afterStart()
+		}
+		started <- err
+		if err != nil {
+			*waitErr = err
+			return
+		}
+		*waitErr = cmd.Wait()
+	}()
+	return <-started
 }
 
 // socketDir is the data directory, unless its path is too long for a unix
@@ -534,8 +546,8 @@ func stopProcess(ctx context.Context, p *process) error {
 	return fmt.Errorf("fast shutdown did not finish: %w", ctx.Err())
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
