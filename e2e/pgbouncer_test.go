@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/acme/billing/internal/pgbouncertest"
-	"github.com/acme/billing/internal/poll"
 )
 
 // TestEndToEndThroughPgBouncer is TestEndToEnd with billing reaching
@@ -19,15 +18,7 @@ func TestEndToEndThroughPgBouncer(t *testing.T) {
 	e := newEnv(t)
 	b := pgbouncertest.Start(t, e.dsn, pgbouncertest.Options{PoolSize: 8})
 	e.dsn = b.DSN(t, e.dsn)
-	e.runOK("migrate")
-	e.runOK("migrate") // idempotent
-	w := newWorkload(t, 2000, 300, 50, 20)
-	e.produce(w.records)
-
-	p := e.start("run")
-	poll.Until(t, "the group to commit every partition to its end", 3*time.Minute, e.caughtUp)
-	e.stop(p)
-	e.check(w)
+	billOnce(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if n, err := b.ServerConnections(ctx); err != nil || n == 0 {
