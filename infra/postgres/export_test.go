@@ -11,3 +11,6 @@ const TxAttempts = txAttempts
 func (s *Store) Retry(ctx context.Context, attempt func(ctx context.Context) error) error {
 	return translate(ctx, s.retry(ctx, attempt))
 }
+
+// SQLAsyncCommit exposes sqlAsyncCommit to the external tests.
+const SQLAsyncCommit = sqlAsyncCommit
