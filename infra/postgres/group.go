@@ -4,7 +4,16 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// batchSender sends a batch: the pool (a connection of its own) or one
+// connection of it.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
 
 // grouper sends the work of concurrent callers to Postgres in groups: a
 // caller queues its request and waits; while fewer than limit groups are
@@ -28,7 +37,15 @@ type grouper[Req, Res any] struct {
 	limit int // groups in flight at once
 	max   int // requests in one group
 	key   func(Req) []string
-	run   func(ctx context.Context, reqs []Req) ([]Res, error)
+	// joins, when set, reports whether r may share a group whose first
+	// request is first (the parameters the statement takes once).
+	joins func(first, r Req) bool
+	// acquire gets the connection a group is sent on, before the group is
+	// taken from the queue: requests arriving while every connection is
+	// busy wait in the queue, where the next free one takes them all,
+	// rather than one each inside the pool.
+	acquire func(ctx context.Context) (*pgxpool.Conn, error)
+	run     func(ctx context.Context, q batchSender, reqs []Req) ([]Res, error)
 	// observe, when set, is told the size of each group sent.
 	observe func(n int)
 
@@ -76,15 +93,53 @@ func (g *grouper[Req, Res]) do(ctx context.Context, req Req) (Res, bool, error) 
 	}
 }
 
-// loop runs groups until the queue is empty.
+// loop runs groups until the queue is empty: it gets a connection for the
+// oldest waiting caller (and gives up on it if that caller leaves), then
+// takes a group and sends it on that connection.
 func (g *grouper[Req, Res]) loop() {
 	for {
-		batch := g.take()
-		if batch == nil {
+		head := g.head()
+		if head == nil {
 			return
 		}
-		g.send(batch)
+		conn, err := g.acquire(head)
+		if err != nil && head.Err() != nil {
+			continue // that caller left; the next one's wait starts over
+		}
+		batch := g.take()
+		if batch == nil {
+			if conn != nil {
+				conn.Release()
+			}
+			return
+		}
+		if err != nil {
+			// No connection (Postgres unreachable): the group gets the
+			// pool's error, which translate classifies.
+			g.deliver(batch, nil, err)
+			continue
+		}
+		g.send(conn, batch)
+		if conn != nil {
+			conn.Release()
+		}
 	}
+}
+
+// head returns the context of the oldest caller still waiting, or nil (and
+// gives the runner's slot back) when none is.
+func (g *grouper[Req, Res]) head() context.Context {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for len(g.queue) > 0 && g.queue[0].ctx.Err() != nil {
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+	}
+	if len(g.queue) == 0 {
+		g.running--
+		return nil
+	}
+	return g.queue[0].ctx
 }
 
 // take removes the next group from the queue: the oldest requests whose
@@ -102,7 +157,8 @@ func (g *grouper[Req, Res]) take() []*waiter[Req, Res] {
 		if w.ctx.Err() != nil {
 			continue // its caller has returned ctx's error already
 		}
-		if len(batch) == g.max || clashes(keys, g.key(w.req)) {
+		if len(batch) == g.max || clashes(keys, g.key(w.req)) ||
+			(len(batch) > 0 && g.joins != nil && !g.joins(batch[0].req, w.req)) {
 			rest = append(rest, w)
 			continue
 		}
@@ -134,7 +190,7 @@ func clashes(keys map[string]struct{}, ks []string) bool {
 // send runs one group under a context that ends only when every one of its
 // callers has left: one caller's cancellation (a revoked partition) must not
 // fail its neighbours, and a group nobody waits for any more should stop.
-func (g *grouper[Req, Res]) send(batch []*waiter[Req, Res]) {
+func (g *grouper[Req, Res]) send(conn *pgxpool.Conn, batch []*waiter[Req, Res]) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
 	defer cancel()
 	var waiting atomic.Int32
@@ -152,7 +208,13 @@ func (g *grouper[Req, Res]) send(batch []*waiter[Req, Res]) {
 	if g.observe != nil {
 		g.observe(len(batch))
 	}
-	res, err := g.run(ctx, reqs)
+	res, err := g.run(ctx, conn, reqs)
+	g.deliver(batch, res, err)
+}
+
+// deliver answers the callers of batch: each its result, or err when the
+// group was a single request, or "alone" for a failed group of several.
+func (g *grouper[Req, Res]) deliver(batch []*waiter[Req, Res], res []Res, err error) {
 	for i, w := range batch {
 		switch {
 		case err == nil:

@@ -62,8 +62,7 @@ type storeOptions struct {
 }
 
 // WithGroups sets how many reserve groups, and as many settle groups, may
-// be at the server at once (the pool's size by default: more would only
-// queue for connections, where requests are better off queued in a group).
+// be at the server at once (defaultGroups by default).
 func WithGroups(n int) StoreOption { return func(o *storeOptions) { o.groups = n } }
 
 // WithGroupObserver has observe told the size of each group sent, op being
@@ -72,6 +71,15 @@ func WithGroupObserver(observe func(op string, events int)) StoreOption {
 	return func(o *storeOptions) { o.observe = observe }
 }
 
+// defaultGroups is how many groups of each kind (reserve, settle) a pool of
+// maxConns connections sends at once: a quarter of it, at least one. Fewer
+// groups at the server means larger ones, each costing the server one
+// statement, one commit and one round trip however many events it holds,
+// and on a busy machine that CPU is what bounds events/s (BenchmarkReserve-
+// Settle shows the group sizes); the rest of the pool stays free for the
+// completer, the maintenance and the probes.
+func defaultGroups(maxConns int) int { return max(1, maxConns/4) }
+
 // defaultMaxGroup bounds the events of one group statement: past a hundred
 // or so the statement's own work dominates and the round trip saved is
 // noise, while the group's rows stay locked for longer.
@@ -79,11 +87,13 @@ const defaultMaxGroup = 128
 
 // NewStore returns a Store using pool; the caller keeps owning the pool.
 func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
-	o := storeOptions{groups: int(pool.Config().MaxConns), maxGroup: defaultMaxGroup}
+	o := storeOptions{maxGroup: defaultMaxGroup}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	o.groups = max(o.groups, 1)
+	if o.groups <= 0 {
+		o.groups = defaultGroups(int(pool.Config().MaxConns))
+	}
 	s := &Store{pool: pool}
 	observe := func(op string) func(int) {
 		if o.observe == nil {
@@ -92,14 +102,14 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 		return func(n int) { o.observe(op, n) }
 	}
 	s.reserves = &grouper[reserveReq, order.Reservation]{
-		limit: o.groups, max: o.maxGroup, run: s.reserveGroup, observe: observe("reserve"),
-		// The order and the event id: one of each per statement.
-		key: func(r reserveReq) []string {
-			return []string{"o:" + r.inv.OrderID, "e:" + r.inv.EventID.String(), "g:" + r.group}
-		},
+		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.reserveGroup, observe: observe("reserve"),
+		// The order and the event id: one of each per statement; and one
+		// consumer group, which the statement takes once.
+		key:   func(r reserveReq) []string { return []string{"o:" + r.inv.OrderID, "e:" + r.inv.EventID.String()} },
+		joins: func(first, r reserveReq) bool { return first.group == r.group },
 	}
 	s.settles = &grouper[settleReq, bool]{
-		limit: o.groups, max: o.maxGroup, run: s.settleGroup, observe: observe("settle"),
+		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.settleGroup, observe: observe("settle"),
 		key: func(r settleReq) []string { return []string{r.orderID} },
 	}
 	return s
@@ -117,7 +127,7 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 	r, alone, err := s.reserves.do(ctx, req)
 	if alone {
 		var rs []order.Reservation
-		if rs, err = s.reserveGroup(ctx, []reserveReq{req}); err == nil {
+		if rs, err = s.reserveGroup(ctx, s.pool, []reserveReq{req}); err == nil {
 			r = rs[0]
 		}
 	}
@@ -137,7 +147,7 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 // back whole if either statement fails. Rows are sent in order_id order, so
 // that concurrent groups lock invoices in the same order. A serialization
 // failure or deadlock runs it again (retry). The error is not translated.
-func (s *Store) reserveGroup(ctx context.Context, reqs []reserveReq) ([]order.Reservation, error) {
+func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveReq) ([]order.Reservation, error) {
 	idx := make([]int, len(reqs))
 	for i := range idx {
 		idx[i] = i
@@ -189,7 +199,7 @@ func (s *Store) reserveGroup(ctx context.Context, reqs []reserveReq) ([]order.Re
 			}
 			return rows.Err()
 		})
-		return s.pool.SendBatch(ctx, b).Close()
+		return q.SendBatch(ctx, b).Close()
 	})
 	return out, err
 }
@@ -214,7 +224,7 @@ func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, statu
 	settled, alone, err := s.settles.do(ctx, req)
 	if alone {
 		var ss []bool
-		if ss, err = s.settleGroup(ctx, []settleReq{req}); err == nil {
+		if ss, err = s.settleGroup(ctx, s.pool, []settleReq{req}); err == nil {
 			settled = ss[0]
 		}
 	}
@@ -245,7 +255,7 @@ func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, statu
 // costs one gateway replay and some time, never a second charge; a flushed
 // settle would make every event wait on the disk a second time. The test of
 // this crash is TestLostSettleIsRedoneFromTheGatewayReplay.
-func (s *Store) settleGroup(ctx context.Context, reqs []settleReq) ([]bool, error) {
+func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq) ([]bool, error) {
 	idx := make([]int, len(reqs))
 	for i := range idx {
 		idx[i] = i
@@ -280,7 +290,7 @@ func (s *Store) settleGroup(ctx context.Context, reqs []settleReq) ([]bool, erro
 			})
 			return err
 		})
-		return s.pool.SendBatch(ctx, b).Close()
+		return q.SendBatch(ctx, b).Close()
 	})
 	return out, err
 }
