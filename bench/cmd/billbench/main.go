@@ -52,8 +52,9 @@ type options struct {
 	partitions int
 	steady     time.Duration
 	pgbenchT   time.Duration
-	broker     string // auto, real, kfake
-	pgbenchSQL string
+	broker     string   // auto, real, kfake
+	pgbenchSQL string   // the per-event script, the yardstick
+	groupedSQL string   // the grouped script (issue 18's shape)
 	args       []string // as given, for the report
 	cpuProfile string
 }
@@ -98,6 +99,7 @@ func parseOptions(args []string) (options, error) {
 		return o, fmt.Errorf("-broker %q: want auto, real or kfake", o.broker)
 	}
 	o.pgbenchSQL = "bench/reserve_settle.sql"
+	o.groupedSQL = "bench/reserve_settle_grouped.sql"
 	o.args = args
 	return o, nil
 }

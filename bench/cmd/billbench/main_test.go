@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/pgcluster"
+	"github.com/acme/billing/internal/pgtest"
 )
 
 // pgbench 15's report, abridged.
@@ -183,6 +185,49 @@ spec:
 		got, err := runtimeEnv(manifest(cpu))
 		if err != nil || got["GOMAXPROCS"] != want {
 			t.Errorf("limits.cpu %s: GOMAXPROCS %q (%v), want %s", cpu, got["GOMAXPROCS"], err, want)
+		}
+	}
+}
+
+// TestPgbenchScripts runs both ceiling scripts briefly against a freshly
+// migrated cluster, through runPgbench: each must run without a failed
+// transaction and write exactly what its transactions stand for (per
+// transaction one event, or G, billed: an invoice charged and a dedup row in
+// today's partition each).
+func TestPgbenchScripts(t *testing.T) {
+	t.Parallel()
+	binDir, err := pgcluster.FindBinDir()
+	if err != nil {
+		t.Skipf("no Postgres server binaries: %v", err)
+	}
+	pgbench := filepath.Join(binDir, "pgbench")
+	if _, err := os.Stat(pgbench); err != nil {
+		t.Skipf("no pgbench beside the server (%s): scripts/deps.sh installs it", pgbench)
+	}
+	c, _ := pgtest.NewMigratedCluster(t)
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{root: root, dsn: c.DSN("postgres"), pgbench: pgbench, outDir: t.TempDir()}
+	if err := os.MkdirAll(filepath.Join(e.outDir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseOptions([]string{"-pgbench-time", "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	for _, tc := range []struct{ clients, g int }{{2, 0}, {2, 1}, {3, 7}} {
+		p, err := runPgbench(pgtest.Context(t), e, o, tc.clients, tc.g, log)
+		if err != nil {
+			t.Fatalf("runPgbench(%d clients, g %d): %v", tc.clients, tc.g, err)
+		}
+		if p.failed != 0 || p.processed == 0 || p.problem != "" {
+			t.Errorf("runPgbench(%d clients, g %d) = %+v, want transactions, none failed, no problem", tc.clients, tc.g, p)
+		}
+		if want := max(tc.g, 1); p.group != want || p.events() != p.tps*float64(want) {
+			t.Errorf("runPgbench(%d clients, g %d): group %d, events/s %v, want group %d and tps × it", tc.clients, tc.g, p.group, p.events(), want)
 		}
 	}
 }
