@@ -85,7 +85,7 @@ func TestChecks(t *testing.T) {
 			// 59.96%: short of the target, so it must not read as 60%.
 			zero1: {paired(1499, 2500)},
 		},
-		pgbench: map[int][]pgbenchRun{dbClients(64): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
+		pgbench: map[int][]pgbenchRun{cell{0, 64}.clients(): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
 	}
 	got := r.checks()
 	if len(got) != 5 {
@@ -142,7 +142,7 @@ func TestSmoke(t *testing.T) {
 	// The row of the one cell, with the pool the service ran with
 	// (config_test pins the values of DefaultDBMaxConns).
 	row := fmt.Sprintf("| 0 ms | 2 | %d (", config.DefaultDBMaxConns(2))
-	for _, want := range []string{row, "pgbench ceiling", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", dbClients(2)), "NOT the real broker", "No problem: every measured run"} {
+	for _, want := range []string{row, "pgbench ceiling", "grouped ceiling, events/s (G)", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", cell{0, 2}.clients()), "NOT the real broker", "No problem: every measured run"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

@@ -15,21 +15,24 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	kafkago "github.com/segmentio/kafka-go"
-
-	"github.com/acme/billing/internal/config"
 )
 
 // result is everything one billbench run measured.
 type result struct {
 	cells   []cell
-	runs    map[cell][]serviceRun // the measured runs, reps per cell
-	pgbench map[int][]pgbenchRun  // by client count
+	runs    map[cell][]serviceRun     // the measured runs, reps per cell
+	pgbench map[int][]pgbenchRun      // per-event script, by client count
+	grouped map[groupKey][]pgbenchRun // grouped script, by client count and group size
 	took    time.Duration
 }
+
+// groupKey names a grouped ceiling: clients × events per transaction.
+type groupKey struct{ clients, g int }
 
 // pgbenchRun is one pgbench ceiling run.
 type pgbenchRun struct {
 	clients   int
+	grouped   bool    // the grouped script, not the per-event one
 	group     int     // events per script run: 1 for the per-event script, G for the grouped one
 	tps       float64 // script runs per second, without connection time
 	latency   float64 // average ms per script run
@@ -53,22 +56,24 @@ const (
 	maxEvents         = 200_000
 )
 
-// dbClients is the database concurrency of the service at inFlight: the
-// pool it sizes by default, or fewer when fewer events can be in flight.
-// pgbench runs with as many clients, so both press Postgres equally hard.
-func dbClients(inFlight int) int { return min(inFlight, config.DefaultDBMaxConns(inFlight)) }
-
 func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result, error) {
-	res := &result{runs: map[cell][]serviceRun{}, pgbench: map[int][]pgbenchRun{}}
+	res := &result{runs: map[cell][]serviceRun{}, pgbench: map[int][]pgbenchRun{}, grouped: map[groupKey][]pgbenchRun{}}
 	for _, l := range o.latencies {
 		for _, n := range o.inFlight {
 			res.cells = append(res.cells, cell{latency: l, inFlight: n})
 		}
 	}
+	// The client counts of the ceilings, and per count the group sizes of
+	// its grouped ceilings, in the order of the cells.
 	var clients []int
-	for _, n := range o.inFlight {
-		if c := dbClients(n); !slices.Contains(clients, c) {
-			clients = append(clients, c)
+	groups := map[int][]int{}
+	for _, c := range res.cells {
+		k := c.clients()
+		if !slices.Contains(clients, k) {
+			clients = append(clients, k)
+		}
+		if !slices.Contains(groups[k], c.group()) {
+			groups[k] = append(groups[k], c.group())
 		}
 	}
 
@@ -117,8 +122,17 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 				return nil, err
 			}
 			res.pgbench[k] = append(res.pgbench[k], p)
+			grouped := map[int]float64{}
+			for _, g := range groups[k] {
+				q, err := runPgbench(ctx, e, o, k, g, log)
+				if err != nil {
+					return nil, err
+				}
+				res.grouped[groupKey{k, g}] = append(res.grouped[groupKey{k, g}], q)
+				grouped[g] = q.events()
+			}
 			for _, c := range res.cells {
-				if dbClients(c.inFlight) != k {
+				if c.clients() != k {
 					continue
 				}
 				n := min(max(int(expect[c]*o.steady.Seconds()), minEvents), maxEvents)
@@ -127,7 +141,7 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 					return nil, fmt.Errorf("%s rep %d: %w", c, rep, err)
 				}
 				e.deleteTopics(ctx, r.name, log)
-				r.ceiling = p.tps
+				r.ceiling, r.grouped = p.tps, grouped[c.group()]
 				res.runs[c] = append(res.runs[c], r)
 				expect[c] = median(res.rates(c))
 			}
@@ -203,7 +217,7 @@ func runPgbench(ctx context.Context, e *env, o options, clients, g int, log *slo
 	if err != nil {
 		return p, fmt.Errorf("%s: %w\n%s", what, err, out)
 	}
-	p.clients, p.group, p.steal, p.busy = clients, max(g, 1), host.steal, host.busy
+	p.clients, p.grouped, p.group, p.steal, p.busy = clients, g > 0, max(g, 1), host.steal, host.busy
 	if p.problem, err = e.checkPgbenchRows(ctx, p); err != nil {
 		return p, fmt.Errorf("%s: %w", what, err)
 	}

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/acme/billing/internal/config"
 )
 
 // Targets of issue 5, checked on the medians of one report (the ceiling
@@ -56,6 +54,28 @@ func (r *result) ceiling(clients int) []float64 {
 	var out []float64
 	for _, p := range r.pgbench[clients] {
 		out = append(out, p.tps)
+	}
+	return out
+}
+
+// groupedCeiling is the events/s of every grouped ceiling run of c's
+// clients and group size.
+func (r *result) groupedCeiling(c cell) []float64 {
+	var out []float64
+	for _, p := range r.grouped[groupKey{c.clients(), c.group()}] {
+		out = append(out, p.events())
+	}
+	return out
+}
+
+// groupedPcts is, per run of c, its events/s as % of the grouped ceiling
+// measured in the same rep just before it.
+func (r *result) groupedPcts(c cell) []float64 {
+	var out []float64
+	for _, run := range r.runs[c] {
+		if run.grouped > 0 {
+			out = append(out, 100*run.rate/run.grouped)
+		}
 	}
 	return out
 }
@@ -122,6 +142,11 @@ func (r *result) pgbenchSteal() []float64 {
 			out = append(out, p.steal)
 		}
 	}
+	for _, ps := range r.grouped {
+		for _, p := range ps {
+			out = append(out, p.steal)
+		}
+	}
 	return out
 }
 
@@ -151,7 +176,7 @@ func (r *result) checks() []check {
 		if len(pcts) == 0 {
 			continue
 		}
-		k, pct := dbClients(c.inFlight), median(pcts)
+		k, pct := c.clients(), median(pcts)
 		// Shown to a tenth, rounded down, so that the figure never reads
 		// as the target when it falls short of it (59.6% printed as "60%"
 		// beside "NOT met").
@@ -194,19 +219,23 @@ func (r *result) markdown(e *env, o options) string {
 		p("- %s\n", f)
 	}
 	p("- service: `bin/billing run` as a child process, default configuration except `BILLING_MAX_IN_FLIGHT`; " +
-		"`BILLING_DB_MAX_CONNS` is its default for that in-flight (in-flight/4+4, at most 64), shown as DB pool with, in brackets, the connections busy: the mean of `billing_db_pool_acquired_connections` over the measured interval (median of the runs); the gateway stub answers every charge after the latency shown\n")
+		"`BILLING_DB_MAX_CONNS` is its default for that in-flight (`config.DefaultDBMaxConns`), shown as DB pool with, in brackets, the connections busy: the mean of `billing_db_pool_acquired_connections` over the measured interval (median of the runs); the gateway stub answers every charge after the latency shown\n")
 	p("- each service run: a fresh topic of %d partitions, consumer group and emptied tables; the events (one per order, keyed by order id) are "+
 		"produced before the service starts and sized to last about %s at the rate of a discarded calibration run; "+
 		"events/s is measured between the samples where 10%% and 90%% of the events are final (`billing_events_total`, scraped every %s); "+
 		"peak RSS is the process's VmHWM; every run is checked: all events charged, one gateway charge and one charged invoice each, offsets committed to the end\n",
 		o.partitions, o.steady, scrapeInterval)
-	p("- pgbench ceiling: `bench/reserve_settle.sql` — the reserve and settle transactions of one event, the service's statements, `-M prepared` — "+
-		"for %s on emptied tables, with as many clients as the service has database connections at that in-flight (min(in-flight, pool)); its tps is events/s; it runs right before the cells of its client count in every rep, and %% of ceiling is the median of each run's events/s over the ceiling measured just before it\n",
+	p("- pgbench ceiling: `bench/reserve_settle.sql` — the reserve and settle transactions of one event as the per-event service sends them, its statements, `-M prepared` — "+
+		"for %s on emptied tables, with as many clients as the service has database connections at that in-flight (min(in-flight, pool)); its tps is events/s; it runs right before the cells of its client count in every rep, and %% of ceiling is the median of each run's events/s over the ceiling measured just before it; "+
+		"it is the yardstick of the targets\n",
 		o.pgbenchT)
+	p("- grouped ceiling: `bench/reserve_settle_grouped.sql` — the shape of issue 18: the reserves of G events as one set-based statement and one ordered read `FOR UPDATE` in one pipeline, their settles as one `UPDATE … FROM unnest` with `synchronous_commit` off, `-M prepared` — " +
+		"at the same client count, for as long, right after the per-event ceiling; G is max(1, in-flight / clients), the in-flight events per connection (not a measured group size); one pgbench transaction is G events, so its events/s is tps × G; %% of grouped is the median of each run's events/s over the grouped ceiling of its rep; " +
+		"every pgbench run is checked: no failed transaction, and per transaction G invoices charged and G dedup rows in today's partition\n")
 	p("- every figure is the median of %d runs (min–max in brackets); reps are interleaved across cells; ms per event are the means of `billing_handle_duration_seconds` (fetch to final outcome) and `billing_payment_duration_seconds` over the measured interval; CPU is %% of one core (the host has %d), median, over the measured interval; the driver process holds the gateway stub (served by its lean HTTP/1.1 server); steal is CPU time the hypervisor gave other guests while this one wanted it, %% of one core\n\n", o.reps, runtime.NumCPU())
 
-	p("| gateway | in-flight | DB pool (busy) | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host (steal) |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| gateway | in-flight | DB pool (busy) | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | grouped ceiling, events/s (G) | %% of grouped | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host (steal) |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.cells {
 		rates := r.rates(c)
 		rate := median(rates)
@@ -214,18 +243,15 @@ func (r *result) markdown(e *env, o options) string {
 		if one := median(r.rates(cell{c.latency, sequentialFlights})); one > 0 && c.inFlight != sequentialFlights {
 			speed = fmt.Sprintf("%.1f×", rate/one)
 		}
-		k := dbClients(c.inFlight)
+		k := c.clients()
 		ceil := median(r.ceiling(k))
-		pct := "—"
-		if pcts := r.ceilingPcts(c); len(pcts) > 0 {
-			// Whole per cents, rounded down as in the Targets.
-			pct = fmt.Sprintf("%.0f%% (%s)", math.Floor(median(pcts)), pctRange(pcts))
-		}
+		gceil := r.groupedCeiling(c)
 		rss := r.rssMiB(c)
-		p("| %s | %d | %d (%.1f) | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
-			fmtLatency(c.latency), c.inFlight, config.DefaultDBMaxConns(c.inFlight), r.busy(c),
+		p("| %s | %d | %d (%.1f) | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
+			fmtLatency(c.latency), c.inFlight, c.pool(), r.busy(c),
 			rate, slices.Min(rates), slices.Max(rates), speed,
-			ceil, minOr0(r.ceiling(k)), maxOr0(r.ceiling(k)), k, pct,
+			ceil, minOr0(r.ceiling(k)), maxOr0(r.ceiling(k)), k, fmtPcts(r.ceilingPcts(c)),
+			median(gceil), minOr0(gceil), maxOr0(gceil), c.group(), fmtPcts(r.groupedPcts(c)),
 			median(rss), slices.Max(rss),
 			r.meanMs(c, func(s serviceRun) time.Duration { return s.meanHandle }), r.meanMs(c, func(s serviceRun) time.Duration { return s.meanGateway }),
 			median(r.cpu(c, "billing")), median(r.cpu(c, "postgres")), median(r.cpu(c, "broker")),
@@ -263,10 +289,17 @@ func (r *result) markdown(e *env, o options) string {
 			}
 		}
 	}
-	for _, ps := range r.pgbench {
+	for _, ps := range slices.Concat(slices.Collect(maps.Values(r.pgbench)), slices.Collect(maps.Values(r.grouped))) {
 		for _, pb := range ps {
+			what := fmt.Sprintf("pgbench -c %d", pb.clients)
+			if pb.grouped {
+				what += fmt.Sprintf(" (grouped, G %d)", pb.group)
+			}
 			if pb.failed > 0 {
-				problems = append(problems, fmt.Sprintf("pgbench -c %d: %d failed transactions", pb.clients, pb.failed))
+				problems = append(problems, fmt.Sprintf("%s: %d failed transactions", what, pb.failed))
+			}
+			if pb.problem != "" {
+				problems = append(problems, what+": "+pb.problem)
 			}
 		}
 	}
@@ -278,6 +311,15 @@ func (r *result) markdown(e *env, o options) string {
 		p("- %s\n", pr)
 	}
 	return b.String()
+}
+
+// fmtPcts is a table's median per-run ratio and its range, in whole per
+// cents rounded down as in the Targets; "—" for none.
+func fmtPcts(pcts []float64) string {
+	if len(pcts) == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f%% (%s)", math.Floor(median(pcts)), pctRange(pcts))
 }
 
 func minOr0(xs []float64) float64 {

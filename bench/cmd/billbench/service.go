@@ -21,17 +21,32 @@ import (
 
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkabroker"
 )
 
-// cell is one configuration measured: gateway latency × in-flight.
+// cell is one configuration measured: gateway latency × in-flight, with the
+// service's default pool.
 type cell struct {
 	latency  time.Duration
 	inFlight int
 }
 
 func (c cell) String() string { return fmt.Sprintf("%s/%d", fmtLatency(c.latency), c.inFlight) }
+
+// pool is the service's BILLING_DB_MAX_CONNS in c.
+func (c cell) pool() int { return config.DefaultDBMaxConns(c.inFlight) }
+
+// clients is the database concurrency of the service in c: its pool, or
+// fewer when fewer events can be in flight. pgbench runs with as many
+// clients, so both press Postgres equally hard.
+func (c cell) clients() int { return min(c.inFlight, c.pool()) }
+
+// group is the G of c's grouped ceiling: the events in flight per database
+// client, the most the grouped service can put in one statement on average
+// when every connection is busy (at least 1).
+func (c cell) group() int { return max(1, c.inFlight/c.clients()) }
 
 func fmtLatency(d time.Duration) string {
 	if d == 0 {
@@ -53,8 +68,9 @@ type serviceRun struct {
 	problems  []string      // anything that makes the run suspect (wrong outcomes, bad exit)
 	// ceiling is the tps of the pgbench run of the same rep at this cell's
 	// client count, made just before its cells (0 ms first): the run's own
-	// ceiling.
-	ceiling float64
+	// ceiling. grouped is the events/s of the grouped script's run of the
+	// same rep, at that client count and the cell's group size.
+	ceiling, grouped float64
 
 	meanHandle  time.Duration // mean time an event is in flight, over the interval
 	meanGateway time.Duration // mean gateway call, over the interval
