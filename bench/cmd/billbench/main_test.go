@@ -68,8 +68,8 @@ func TestMedian(t *testing.T) {
 func TestChecks(t *testing.T) {
 	run := func(rate float64, rssMiB int64) serviceRun { return serviceRun{rate: rate, hwm: rssMiB << 20} }
 	paired := func(rate, ceiling float64) serviceRun { return serviceRun{rate: rate, hwm: 40 << 20, ceiling: ceiling} }
-	one, many := cell{20 * time.Millisecond, 1}, cell{20 * time.Millisecond, 64}
-	zero, zero256, zero1 := cell{0, 64}, cell{0, 256}, cell{0, 1}
+	one, many := cell{latency: 20 * time.Millisecond, inFlight: 1}, cell{latency: 20 * time.Millisecond, inFlight: 64}
+	zero, zero256, zero1 := cell{latency: 0, inFlight: 64}, cell{latency: 0, inFlight: 256}, cell{latency: 0, inFlight: 1}
 	r := &result{
 		cells: []cell{one, many, zero, zero256, zero1},
 		runs: map[cell][]serviceRun{
@@ -85,7 +85,7 @@ func TestChecks(t *testing.T) {
 			// 59.96%: short of the target, so it must not read as 60%.
 			zero1: {paired(1499, 2500)},
 		},
-		pgbench: map[int][]pgbenchRun{cell{0, 64}.clients(): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
+		pgbench: map[int][]pgbenchRun{cell{latency: 0, inFlight: 64}.clients(): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
 	}
 	got := r.checks()
 	if len(got) != 5 {
@@ -130,7 +130,8 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	err := run(ctx, []string{"-bin", bin, "-root", "../../..", "-out", report, "-reps", "1",
-		"-latencies", "0ms", "-inflight", "2", "-steady", "1s", "-pgbench-time", "1s", "-broker", "kfake"}, log)
+		"-latencies", "0ms", "-inflight", "2", "-steady", "1s", "-pgbench-time", "1s", "-broker", "kfake",
+		"-dup", "2", "-wide-conns", "3", "-wide-inflight", "2"}, log)
 	if err != nil {
 		t.Fatalf("billbench: %v", err)
 	}
@@ -142,7 +143,11 @@ func TestSmoke(t *testing.T) {
 	// The row of the one cell, with the pool the service ran with
 	// (config_test pins the values of DefaultDBMaxConns).
 	row := fmt.Sprintf("| 0 ms | 2 | %d (", config.DefaultDBMaxConns(2))
-	for _, want := range []string{row, "pgbench ceiling", "grouped ceiling, events/s (G)", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", cell{0, 2}.clients()), "NOT the real broker", "No problem: every measured run"} {
+	// The all-duplicate cell and the wide-pool cell, with the pool they ran
+	// with as the service reported it; the wide one has no ceiling.
+	dup := fmt.Sprintf("| 0 ms, dup | 2 | %d (", config.DefaultDBMaxConns(2))
+	wide := "| 0 ms, wide pool | 2 | 3 ("
+	for _, want := range []string{row, dup, wide, "| — | — | — | — |", "every outcome `duplicate`", "pgbench ceiling", "grouped ceiling, events/s (G)", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", cell{latency: 0, inFlight: 2}.clients()), "NOT the real broker", "No problem: every measured run"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

@@ -56,18 +56,48 @@ const (
 	maxEvents         = 200_000
 )
 
-func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result, error) {
-	res := &result{runs: map[cell][]serviceRun{}, pgbench: map[int][]pgbenchRun{}, grouped: map[groupKey][]pgbenchRun{}}
+// cells are the cells of o in the order of the table (and of the runs
+// within a client count): each latency's in-flight values, at 0 ms each
+// followed by its all-duplicate cell and its wide-pool cell if asked for;
+// those asked for at an in-flight that -inflight lacks come last.
+func cells(o options) []cell {
+	var out []cell
 	for _, l := range o.latencies {
 		for _, n := range o.inFlight {
-			res.cells = append(res.cells, cell{latency: l, inFlight: n})
+			out = append(out, cell{latency: l, inFlight: n})
+			if l != 0 {
+				continue
+			}
+			if slices.Contains(o.dup, n) {
+				out = append(out, cell{inFlight: n, dup: true})
+			}
+			if o.wideConns > 0 && n == o.wideFlight {
+				out = append(out, cell{inFlight: n, conns: o.wideConns})
+			}
 		}
 	}
+	for _, n := range o.dup {
+		if c := (cell{inFlight: n, dup: true}); !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	if c := (cell{inFlight: o.wideFlight, conns: o.wideConns}); o.wideConns > 0 && !slices.Contains(out, c) {
+		out = append(out, c)
+	}
+	return out
+}
+
+func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result, error) {
+	res := &result{runs: map[cell][]serviceRun{}, pgbench: map[int][]pgbenchRun{}, grouped: map[groupKey][]pgbenchRun{}}
+	res.cells = cells(o)
 	// The client counts of the ceilings, and per count the group sizes of
 	// its grouped ceilings, in the order of the cells.
 	var clients []int
 	groups := map[int][]int{}
 	for _, c := range res.cells {
+		if c.conns > 0 {
+			continue // no ceiling of its own
+		}
 		k := c.clients()
 		if !slices.Contains(clients, k) {
 			clients = append(clients, k)
@@ -115,7 +145,20 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 	// before the cells run at its client count, and a run's ratio is taken
 	// to that ceiling: the machine's speed, which drifts by tens of per cent
 	// over minutes here, is then about the same for both sides of a ratio.
+	runCell := func(c cell, rep int, ceiling, grouped float64) error {
+		n := min(max(int(expect[c]*o.steady.Seconds()), minEvents), maxEvents)
+		r, err := runService(ctx, e, o, c, name(c, "r"+strconv.Itoa(rep)), n, max(expect[c]/2, 1), log)
+		if err != nil {
+			return fmt.Errorf("%s rep %d: %w", c, rep, err)
+		}
+		e.deleteTopics(ctx, r.name, log)
+		r.ceiling, r.grouped = ceiling, grouped
+		res.runs[c] = append(res.runs[c], r)
+		expect[c] = median(res.rates(c))
+		return nil
+	}
 	for rep := 1; rep <= o.reps; rep++ {
+		ran := map[cell]bool{}
 		for _, k := range clients {
 			p, err := runPgbench(ctx, e, o, k, 0, log)
 			if err != nil {
@@ -132,18 +175,31 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 				grouped[g] = q.events()
 			}
 			for _, c := range res.cells {
-				if c.clients() != k {
+				if c.conns > 0 || c.clients() != k {
 					continue
 				}
-				n := min(max(int(expect[c]*o.steady.Seconds()), minEvents), maxEvents)
-				r, err := runService(ctx, e, o, c, name(c, "r"+strconv.Itoa(rep)), n, max(expect[c]/2, 1), log)
-				if err != nil {
-					return nil, fmt.Errorf("%s rep %d: %w", c, rep, err)
+				if err := runCell(c, rep, p.tps, grouped[c.group()]); err != nil {
+					return nil, err
 				}
-				e.deleteTopics(ctx, r.name, log)
-				r.ceiling, r.grouped = p.tps, grouped[c.group()]
-				res.runs[c] = append(res.runs[c], r)
-				expect[c] = median(res.rates(c))
+				ran[c] = true
+				// A wide-pool cell right after its twin, so that the
+				// machine's speed is about the same for both sides of
+				// their comparison.
+				for _, w := range res.cells {
+					if w.conns > 0 && w.plain() == c {
+						if err := runCell(w, rep, 0, 0); err != nil {
+							return nil, err
+						}
+						ran[w] = true
+					}
+				}
+			}
+		}
+		for _, w := range res.cells { // a wide-pool cell whose twin is not measured
+			if !ran[w] {
+				if err := runCell(w, rep, 0, 0); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}

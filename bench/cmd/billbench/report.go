@@ -6,8 +6,11 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/acme/billing/internal/config"
 )
 
 // Targets of issue 5, checked on the medians of one report (the ceiling
@@ -109,6 +112,22 @@ func (r *result) meanMs(c cell, d func(serviceRun) time.Duration) float64 {
 	return median(out)
 }
 
+// poolShown is the pool c's service ran with as it reported it
+// (billing_db_pool_max_connections; the larger if runs differ), or the
+// pool the driver expects when the service did not report it.
+func (r *result) poolShown(c cell) string {
+	var pools []float64
+	for _, run := range r.runs[c] {
+		if run.pool > 0 {
+			pools = append(pools, run.pool)
+		}
+	}
+	if len(pools) == 0 {
+		return strconv.Itoa(c.pool())
+	}
+	return strconv.FormatFloat(slices.Max(pools), 'f', -1, 64)
+}
+
 // busy is a cell's median of the mean connections in use per run.
 func (r *result) busy(c cell) float64 {
 	var out []float64
@@ -158,10 +177,10 @@ type check struct {
 
 func (r *result) checks() []check {
 	var out []check
-	one := median(r.rates(cell{speedupLatency, sequentialFlights}))
-	many := median(r.rates(cell{speedupLatency, speedupInFlight}))
-	if _, ok := r.runs[cell{speedupLatency, sequentialFlights}]; ok && one > 0 {
-		if _, ok := r.runs[cell{speedupLatency, speedupInFlight}]; ok {
+	one := median(r.rates(cell{latency: speedupLatency, inFlight: sequentialFlights}))
+	many := median(r.rates(cell{latency: speedupLatency, inFlight: speedupInFlight}))
+	if _, ok := r.runs[cell{latency: speedupLatency, inFlight: sequentialFlights}]; ok && one > 0 {
+		if _, ok := r.runs[cell{latency: speedupLatency, inFlight: speedupInFlight}]; ok {
 			x := many / one
 			out = append(out, check{x >= targetSpeedup, fmt.Sprintf(
 				"at %s, in-flight %d reaches %.1f× in-flight %d (%.0f vs %.1f events/s); target ≥ %.0f×",
@@ -169,7 +188,7 @@ func (r *result) checks() []check {
 		}
 	}
 	for _, c := range r.cells {
-		if c.latency != 0 {
+		if c.latency != 0 || c != c.plain() {
 			continue
 		}
 		pcts := r.ceilingPcts(c)
@@ -225,6 +244,18 @@ func (r *result) markdown(e *env, o options) string {
 		"events/s is measured between the samples where 10%% and 90%% of the events are final (`billing_events_total`, scraped every %s); "+
 		"peak RSS is the process's VmHWM; every run is checked: all events charged, one gateway charge and one charged invoice each, offsets committed to the end\n",
 		o.partitions, o.steady, scrapeInterval)
+	if slices.ContainsFunc(r.cells, func(c cell) bool { return c.dup }) {
+		p("- 0 ms, dup: an all-duplicate stream — before the service starts, every event of the run is written to the database as billed by the run's consumer group " +
+			"(a dedup row with that group in the event's day partition, the order's invoice charged under the event's id with a charge id of the gateway's form: the rows the service writes, by COPY, then a checkpoint), " +
+			"so the service consumes records it has seen, as after a rebalance or a replay; each run is checked: every outcome `duplicate`, no call at the gateway stub, no row added, offsets committed to the end; " +
+			"%% of ceiling is to the per-event ceiling of its client count, as for the other cells\n")
+	}
+	for _, c := range r.cells {
+		if c.conns > 0 {
+			p("- 0 ms, wide pool: in-flight %d with `BILLING_DB_MAX_CONNS=%d` instead of its default (%d), measured right after the default-pool cell in every rep, to show what a wider pool would gain; it has no ceiling of its own\n",
+				c.inFlight, c.conns, config.DefaultDBMaxConns(c.inFlight))
+		}
+	}
 	p("- pgbench ceiling: `bench/reserve_settle.sql` — the reserve and settle transactions of one event as the per-event service sends them, its statements, `-M prepared` — "+
 		"for %s on emptied tables, with as many clients as the service has database connections at that in-flight (min(in-flight, pool)); its tps is events/s; it runs right before the cells of its client count in every rep, and %% of ceiling is the median of each run's events/s over the ceiling measured just before it; "+
 		"it is the yardstick of the targets\n",
@@ -240,18 +271,27 @@ func (r *result) markdown(e *env, o options) string {
 		rates := r.rates(c)
 		rate := median(rates)
 		speed := "—"
-		if one := median(r.rates(cell{c.latency, sequentialFlights})); one > 0 && c.inFlight != sequentialFlights {
+		if one := median(r.rates(cell{latency: c.latency, inFlight: sequentialFlights})); one > 0 && c.inFlight != sequentialFlights && !c.dup {
 			speed = fmt.Sprintf("%.1f×", rate/one)
 		}
-		k := c.clients()
-		ceil := median(r.ceiling(k))
-		gceil := r.groupedCeiling(c)
+		label := fmtLatency(c.latency)
+		switch {
+		case c.dup:
+			label += ", dup"
+		case c.conns > 0:
+			label += ", wide pool"
+		}
+		ceil, gceil := "—", "—"
+		if c.conns == 0 { // the wide-pool cell has no ceiling of its own
+			k, g := r.ceiling(c.clients()), r.groupedCeiling(c)
+			ceil = fmt.Sprintf("%.0f (%.0f–%.0f) (%d)", median(k), minOr0(k), maxOr0(k), c.clients())
+			gceil = fmt.Sprintf("%.0f (%.0f–%.0f) (%d)", median(g), minOr0(g), maxOr0(g), c.group())
+		}
 		rss := r.rssMiB(c)
-		p("| %s | %d | %d (%.1f) | %.0f (%.0f–%.0f) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.0f (%.0f–%.0f) (%d) | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
-			fmtLatency(c.latency), c.inFlight, c.pool(), r.busy(c),
+		p("| %s | %d | %s (%.1f) | %.0f (%.0f–%.0f) | %s | %s | %s | %s | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
+			label, c.inFlight, r.poolShown(c), r.busy(c),
 			rate, slices.Min(rates), slices.Max(rates), speed,
-			ceil, minOr0(r.ceiling(k)), maxOr0(r.ceiling(k)), k, fmtPcts(r.ceilingPcts(c)),
-			median(gceil), minOr0(gceil), maxOr0(gceil), c.group(), fmtPcts(r.groupedPcts(c)),
+			ceil, fmtPcts(r.ceilingPcts(c)), gceil, fmtPcts(r.groupedPcts(c)),
 			median(rss), slices.Max(rss),
 			r.meanMs(c, func(s serviceRun) time.Duration { return s.meanHandle }), r.meanMs(c, func(s serviceRun) time.Duration { return s.meanGateway }),
 			median(r.cpu(c, "billing")), median(r.cpu(c, "postgres")), median(r.cpu(c, "broker")),
@@ -305,7 +345,7 @@ func (r *result) markdown(e *env, o options) string {
 	}
 	p("\n## Checks of every run\n\n")
 	if len(problems) == 0 {
-		p("No problem: every measured run charged each event once, committed its offsets to the end and exited 0 on SIGTERM.\n")
+		p("No problem: every measured run charged each event once (an all-duplicate run: none again), committed its offsets to the end and exited 0 on SIGTERM; every pgbench run wrote what its transactions stand for, none failed.\n")
 	}
 	for _, pr := range problems {
 		p("- %s\n", pr)
