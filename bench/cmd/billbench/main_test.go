@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -233,6 +235,51 @@ func TestPgbenchScripts(t *testing.T) {
 		}
 		if want := max(tc.g, 1); p.group != want || p.events() != p.tps*float64(want) {
 			t.Errorf("runPgbench(%d clients, g %d): group %d, events/s %v, want group %d and tps × it", tc.clients, tc.g, p.group, p.events(), want)
+		}
+	}
+}
+
+// TestScrapeGroupSizes: the group histogram's labelled sums and counts are
+// read beside the outcomes, and a cell shows their medians, or "—" where
+// the binary exported none (today's) or an op never ran.
+func TestScrapeGroupSizes(t *testing.T) {
+	t.Parallel()
+	const page = `# TYPE billing_events_total counter
+billing_events_total{outcome="charged"} 90
+billing_events_total{outcome="duplicate"} 10
+billing_db_pool_max_connections 8
+billing_db_group_events_bucket{op="reserve",le="8"} 10
+billing_db_group_events_sum{op="reserve"} 750
+billing_db_group_events_count{op="reserve"} 100
+billing_db_group_events_sum{op="settle"} 90
+billing_db_group_events_count{op="settle"} 30
+`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, page) }))
+	defer srv.Close()
+	series := map[string]float64{}
+	out, err := scrapeOutcomes(t.Context(), srv.Client(), srv.URL, series)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out["charged"] != 90 || out["duplicate"] != 10 {
+		t.Errorf("outcomes = %v, want 90 charged, 10 duplicate", out)
+	}
+	want := map[string]float64{poolSeries: 8,
+		groupSeries("reserve", "sum"): 750, groupSeries("reserve", "count"): 100,
+		groupSeries("settle", "sum"): 90, groupSeries("settle", "count"): 30}
+	if !maps.Equal(series, want) {
+		t.Errorf("series = %v, want %v", series, want)
+	}
+
+	c, d, old := cell{inFlight: 64}, cell{inFlight: 64, dup: true}, cell{inFlight: 256}
+	r := &result{runs: map[cell][]serviceRun{
+		c:   {{groupReserve: 7.5, groupSettle: 3}, {groupReserve: 6, groupSettle: 4}, {groupReserve: 8, groupSettle: 5}},
+		d:   {{groupReserve: 8}},
+		old: {{}, {}},
+	}}
+	for cl, want := range map[cell]string{c: "7.5 / 4.0", d: "8.0 / —", old: "— / —"} {
+		if got := r.groupSizes(cl); got != want {
+			t.Errorf("groupSizes(%s) = %q, want %q", cl, got, want)
 		}
 	}
 }

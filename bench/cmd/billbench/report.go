@@ -128,6 +128,25 @@ func (r *result) poolShown(c cell) string {
 	return strconv.FormatFloat(slices.Max(pools), 'f', -1, 64)
 }
 
+// groupSizes is c's median mean group size per op, "reserve / settle"
+// ("—" for an op no run measured: a binary without
+// billing_db_group_events, or a dup cell's settle, which it never runs).
+func (r *result) groupSizes(c cell) string {
+	f := func(v func(serviceRun) float64) string {
+		var xs []float64
+		for _, run := range r.runs[c] {
+			if x := v(run); x > 0 {
+				xs = append(xs, x)
+			}
+		}
+		if len(xs) == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f", median(xs))
+	}
+	return f(func(s serviceRun) float64 { return s.groupReserve }) + " / " + f(func(s serviceRun) float64 { return s.groupSettle })
+}
+
 // busy is a cell's median of the mean connections in use per run.
 func (r *result) busy(c cell) float64 {
 	var out []float64
@@ -261,12 +280,13 @@ func (r *result) markdown(e *env, o options) string {
 		"it is the yardstick of the targets\n",
 		o.pgbenchT)
 	p("- grouped ceiling: `bench/reserve_settle_grouped.sql` — the shape of issue 18: the reserves of G events as one set-based statement and one ordered read `FOR UPDATE` in one pipeline, their settles as one `UPDATE … FROM unnest` with `synchronous_commit` off, `-M prepared` — " +
-		"at the same client count, for as long, right after the per-event ceiling; G is max(1, in-flight / clients), the in-flight events per connection (not a measured group size); one pgbench transaction is G events, so its events/s is tps × G; %% of grouped is the median of each run's events/s over the grouped ceiling of its rep; " +
+		"at the same client count, for as long, right after the per-event ceiling; G is max(1, in-flight / clients), the in-flight events per connection (a fixed rule, not the measured group size beside it); one pgbench transaction is G events, so its events/s is tps × G; %% of grouped is the median of each run's events/s over the grouped ceiling of its rep; " +
 		"every pgbench run is checked: no failed transaction, and per transaction G invoices charged and G dedup rows in today's partition\n")
+	p("- events per group: the mean events per group statement over the measured interval, from the service's histogram `billing_db_group_events{op}` (Δ`_sum` / Δ`_count`), median of the runs; — where the binary does not export it\n")
 	p("- every figure is the median of %d runs (min–max in brackets); reps are interleaved across cells; ms per event are the means of `billing_handle_duration_seconds` (fetch to final outcome) and `billing_payment_duration_seconds` over the measured interval; CPU is %% of one core (the host has %d), median, over the measured interval; the driver process holds the gateway stub (served by its lean HTTP/1.1 server); steal is CPU time the hypervisor gave other guests while this one wanted it, %% of one core\n\n", o.reps, runtime.NumCPU())
 
-	p("| gateway | in-flight | DB pool (busy) | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | grouped ceiling, events/s (G) | %% of grouped | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host (steal) |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| gateway | in-flight | DB pool (busy) | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | grouped ceiling, events/s (G) | %% of grouped | events per group: reserve / settle | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host (steal) |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.cells {
 		rates := r.rates(c)
 		rate := median(rates)
@@ -288,10 +308,10 @@ func (r *result) markdown(e *env, o options) string {
 			gceil = fmt.Sprintf("%.0f (%.0f–%.0f) (%d)", median(g), minOr0(g), maxOr0(g), c.group())
 		}
 		rss := r.rssMiB(c)
-		p("| %s | %d | %s (%.1f) | %.0f (%.0f–%.0f) | %s | %s | %s | %s | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
+		p("| %s | %d | %s (%.1f) | %.0f (%.0f–%.0f) | %s | %s | %s | %s | %s | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
 			label, c.inFlight, r.poolShown(c), r.busy(c),
 			rate, slices.Min(rates), slices.Max(rates), speed,
-			ceil, fmtPcts(r.ceilingPcts(c)), gceil, fmtPcts(r.groupedPcts(c)),
+			ceil, fmtPcts(r.ceilingPcts(c)), gceil, fmtPcts(r.groupedPcts(c)), r.groupSizes(c),
 			median(rss), slices.Max(rss),
 			r.meanMs(c, func(s serviceRun) time.Duration { return s.meanHandle }), r.meanMs(c, func(s serviceRun) time.Duration { return s.meanGateway }),
 			median(r.cpu(c, "billing")), median(r.cpu(c, "postgres")), median(r.cpu(c, "broker")),

@@ -104,6 +104,10 @@ type serviceRun struct {
 	// pool is billing_db_pool_max_connections as the service reported it
 	// (0 if it did not): the pool it really ran with.
 	pool float64
+	// groupReserve and groupSettle are the mean events per group
+	// statement over the interval (billing_db_group_events); 0 when the
+	// binary does not export it or grouped nothing.
+	groupReserve, groupSettle float64
 }
 
 // scrapeInterval is how often /metrics is read (/proc only at the samples
@@ -283,6 +287,15 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		return time.Duration(sum / count * float64(time.Second))
 	}
 	r.meanHandle, r.meanGateway = mean("billing_handle_duration_seconds"), mean("billing_payment_duration_seconds")
+	groupMean := func(op string) float64 {
+		sum := samples[b].series[groupSeries(op, "sum")] - samples[a].series[groupSeries(op, "sum")]
+		count := samples[b].series[groupSeries(op, "count")] - samples[a].series[groupSeries(op, "count")]
+		if count <= 0 {
+			return 0
+		}
+		return sum / count
+	}
+	r.groupReserve, r.groupSettle = groupMean("reserve"), groupMean("settle")
 	for _, sm := range samples[a : b+1] {
 		r.meanBusy += sm.series[busySeries] / float64(b-a+1)
 	}
@@ -413,6 +426,15 @@ var meanSeries = []string{
 	"billing_handle_duration_seconds_sum", "billing_handle_duration_seconds_count",
 	"billing_payment_duration_seconds_sum", "billing_payment_duration_seconds_count",
 	busySeries, poolSeries,
+	groupSeries("reserve", "sum"), groupSeries("reserve", "count"),
+	groupSeries("settle", "sum"), groupSeries("settle", "count"),
+}
+
+// groupSeries is a series of billing_db_group_events, the histogram of
+// events per group statement of the grouped store (issue 18), by op
+// (reserve, settle). A binary without it leaves the means at 0.
+func groupSeries(op, part string) string {
+	return `billing_db_group_events_` + part + `{op="` + op + `"}`
 }
 
 const (
