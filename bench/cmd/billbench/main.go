@@ -76,7 +76,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.wideFlight, "wide-inflight", 256, "BILLING_MAX_IN_FLIGHT of the wide-pool cell (0 ms)")
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of each run's topic")
 	fs.DurationVar(&o.steady, "steady", 6*time.Second, "steady state each service run aims at (events are sized from the rate measured so far)")
-	fs.DurationVar(&o.pgbenchT, "pgbench-time", 10*time.Second, "pgbench -T of each ceiling run")
+	fs.DurationVar(&o.pgbenchT, "pgbench-time", 6*time.Second, "pgbench -T of each ceiling run (per-event and grouped)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the driver's own CPU profile (the gateway stub runs in it) to this file")
 	fs.StringVar(&o.broker, "broker", "auto", "auto (real broker when its jars are present, else kfake), real or kfake")
 	if err := fs.Parse(args); err != nil {
