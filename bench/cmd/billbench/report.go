@@ -239,7 +239,7 @@ func (r *result) checks() []check {
 		// as the target when it falls short of it (59.6% printed as "60%"
 		// beside "NOT met").
 		out = append(out, check{pct >= target, issue, fmt.Sprintf(
-			"at 0 ms, %s reaches %.1f%% of the pgbench ceiling at %d clients (median of %d runs, each to the ceiling measured just before it: %s; medians %.0f vs %.0f events/s); target ≥ %.0f%%",
+			"at 0 ms, %s reaches %.1f%% of the per-event pgbench ceiling at %d clients (median of %d runs, each to the ceiling measured just before it: %s; medians %.0f vs %.0f events/s); target ≥ %.0f%%",
 			what, shownPct(pct), k, len(pcts), pctRange(pcts), median(r.rates(c)), median(r.ceiling(k)), target)})
 	}
 	for _, w := range r.cells {
