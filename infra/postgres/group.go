@@ -196,8 +196,9 @@ func (g *grouper[Req, Res]) send(conn *pgxpool.Conn, batch []*waiter[Req, Res]) 
 	var waiting atomic.Int32
 	waiting.Store(int32(len(batch)))
 	reqs := make([]Req, len(batch))
+	ctxs := make([]context.Context, len(batch))
 	for i, w := range batch {
-		reqs[i] = w.req
+		reqs[i], ctxs[i] = w.req, w.ctx
 		stop := context.AfterFunc(w.ctx, func() {
 			if waiting.Add(-1) == 0 {
 				cancel()
@@ -208,7 +209,7 @@ func (g *grouper[Req, Res]) send(conn *pgxpool.Conn, batch []*waiter[Req, Res]) 
 	if g.observe != nil {
 		g.observe(len(batch))
 	}
-	res, err := g.run(ctx, conn, reqs)
+	res, err := g.run(withGroup(ctx, ctxs), conn, reqs)
 	g.deliver(batch, res, err)
 }
 
