@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -209,8 +211,26 @@ func (g *grouper[Req, Res]) send(conn *pgxpool.Conn, batch []*waiter[Req, Res]) 
 	if g.observe != nil {
 		g.observe(len(batch))
 	}
-	res, err := g.run(withGroup(ctx, ctxs), conn, reqs)
+	res, err := g.runSafely(withGroup(ctx, ctxs), conn, reqs)
 	g.deliver(batch, res, err)
+}
+
+// errGroupPanicked marks the error of a group whose run panicked.
+var errGroupPanicked = errors.New("postgres: panic while sending a group")
+
+// runSafely is run with a panic turned into the group's error: the runner
+// is a goroutine of its own, where a panic would end the process, while in
+// the caller's goroutine the consumer's recovery (billing_handler_panics_total)
+// contains it to one event. Every request of the group is then sent alone
+// by its caller, even a group of one: the request that causes it panics
+// again there, in its caller.
+func (g *grouper[Req, Res]) runSafely(ctx context.Context, conn *pgxpool.Conn, reqs []Req) (res []Res, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: a group of %d: %v", errGroupPanicked, len(reqs), p)
+		}
+	}()
+	return g.run(ctx, conn, reqs)
 }
 
 // deliver answers the callers of batch: each its result, or err when the
@@ -220,7 +240,7 @@ func (g *grouper[Req, Res]) deliver(batch []*waiter[Req, Res], res []Res, err er
 		switch {
 		case err == nil:
 			w.done <- result[Res]{res: res[i]}
-		case len(batch) == 1:
+		case len(batch) == 1 && !errors.Is(err, errGroupPanicked):
 			w.done <- result[Res]{err: err}
 		default:
 			w.done <- result[Res]{alone: true}
