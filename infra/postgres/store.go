@@ -148,11 +148,7 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 // that concurrent groups lock invoices in the same order. A serialization
 // failure or deadlock runs it again (retry). The error is not translated.
 func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveReq) ([]order.Reservation, error) {
-	idx := make([]int, len(reqs))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(reqs[a].inv.OrderID, reqs[b].inv.OrderID) })
+	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].inv.OrderID })
 	var (
 		orders     = make([]string, len(reqs))
 		events     = make([]pgtype.UUID, len(reqs))
@@ -202,6 +198,18 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 		return q.SendBatch(ctx, b).Close()
 	})
 	return out, err
+}
+
+// byOrderID returns the indexes 0…n-1 sorted by orderID(i): a group's rows
+// go to the server in order_id order, so that concurrent groups lock
+// invoices in one order and cannot deadlock on them.
+func byOrderID(n int, orderID func(i int) string) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(orderID(a), orderID(b)) })
+	return idx
 }
 
 // errNotFinal rejects settling an invoice to a state that is not final.
@@ -256,11 +264,7 @@ func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, statu
 // settle would make every event wait on the disk a second time. The test of
 // this crash is TestLostSettleIsRedoneFromTheGatewayReplay.
 func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq) ([]bool, error) {
-	idx := make([]int, len(reqs))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(reqs[a].orderID, reqs[b].orderID) })
+	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].orderID })
 	var (
 		orders   = make([]string, len(reqs))
 		keys     = make([]pgtype.UUID, len(reqs))
