@@ -86,22 +86,22 @@ func (r *result) groupedCeiling(c cell) []float64 {
 // groupedPcts is, per run of c, its events/s as % of the grouped ceiling
 // measured in the same rep just before it.
 func (r *result) groupedPcts(c cell) []float64 {
-	var out []float64
-	for _, run := range r.runs[c] {
-		if run.grouped > 0 {
-			out = append(out, 100*run.rate/run.grouped)
-		}
-	}
-	return out
+	return r.pctsOf(c, func(run serviceRun) float64 { return run.grouped })
 }
 
 // ceilingPcts is, per run of c, its events/s as % of the ceiling measured
 // just before it (runs without one are left out).
 func (r *result) ceilingPcts(c cell) []float64 {
+	return r.pctsOf(c, func(run serviceRun) float64 { return run.ceiling })
+}
+
+// pctsOf is, per run of c, its events/s as % of the reference ref gives
+// that run, leaving out runs without one.
+func (r *result) pctsOf(c cell, ref func(serviceRun) float64) []float64 {
 	var out []float64
 	for _, run := range r.runs[c] {
-		if run.ceiling > 0 {
-			out = append(out, 100*run.rate/run.ceiling)
+		if v := ref(run); v > 0 {
+			out = append(out, 100*run.rate/v)
 		}
 	}
 	return out
