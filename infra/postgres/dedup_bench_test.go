@@ -30,7 +30,7 @@ func requireBig(b *testing.B) {
 }
 
 // sqlDedupInsert is the dedup part of the reserve statement (the first CTE
-// of infra/postgres's sqlReserve), measured alone.
+// of infra/postgres's sqlReserveGroup), measured alone.
 const sqlDedupInsert = `INSERT INTO processed_event (event_id, consumer_group) VALUES ($1, $2)
 	ON CONFLICT (event_id, consumer_group) DO NOTHING`
 

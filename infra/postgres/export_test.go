@@ -11,3 +11,13 @@ const TxAttempts = txAttempts
 func (s *Store) Retry(ctx context.Context, attempt func(ctx context.Context) error) error {
 	return translate(ctx, s.retry(ctx, attempt))
 }
+
+// SQLAsyncCommit exposes sqlAsyncCommit to the external tests.
+const SQLAsyncCommit = sqlAsyncCommit
+
+// QueuedReserves is how many Reserve calls wait in the queue for a group.
+func (s *Store) QueuedReserves() int {
+	s.reserves.mu.Lock()
+	defer s.reserves.mu.Unlock()
+	return len(s.reserves.queue)
+}

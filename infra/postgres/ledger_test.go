@@ -32,7 +32,7 @@ type ledgerStep struct {
 }
 
 // TestLedgerContract is order.Ledger's contract against Postgres, the one
-// path production runs (the pipelined Reserve, Settle): CONTRACT.md §4 as
+// path production runs (the grouped Reserve, Settle, here one event per group): CONTRACT.md §4 as
 // the ledger sees it. core/order's TestBillRules reads the same rules over
 // an in-memory ledger.
 func TestLedgerContract(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package postgres is billing's Postgres adapter: the connection pool, the
 // embedded migrations, Store, which runs billing's transactions
-// (order.Ledger: one pipelined Reserve, one Settle) and the pending
-// completer's queries, the upkeep of processed_event's day partitions
+// (order.Ledger: Reserve and Settle, grouped across concurrent events) and
+// the pending completer's queries, the upkeep of processed_event's day partitions
 // (DedupMaintainer), and the translation of every driver error into order's
 // typed errors at this edge (TranslateError).
 package postgres

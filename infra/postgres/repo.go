@@ -19,54 +19,71 @@ func partitionRaceError(eventID uuid.UUID, err error) error {
 
 const invoiceColumns = `order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), created_at`
 
-// The statements of billing's transactions (Store's pipelined Reserve and
-// its Settle); bench/reserve_settle.sql repeats them for the pgbench ceiling
-// of `make bench`.
+// The statements of billing's transactions: Store's grouped Reserve and
+// Settle, one row per event of the group. bench/reserve_settle_grouped.sql
+// repeats them for the grouped pgbench ceiling of `make bench`;
+// bench/reserve_settle.sql keeps the earlier shape, one reserve and one
+// settle transaction per event, as the yardstick.
 const (
-	sqlInvoiceForUpdate = `SELECT ` + invoiceColumns + ` FROM invoice WHERE order_id = $1 FOR UPDATE`
-	// sqlSettle moves the invoice only while it is pending under the key
-	// that was charged ($4): a late answer to an older key never settles an
-	// invoice that a later event reopened under its own.
-	sqlSettle = `UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''), updated_at = now()
-		 WHERE order_id = $1 AND event_id = $4 AND status = 'pending'`
-
-	// sqlReserve is the writing half of the reserve transaction (CONTRACT.md
-	// §4), one statement so that its parts depend on each other inside the
-	// server: the dedup row ($2, $6); the order's invoice inserted pending
-	// under this event only when the dedup row is new (a seen event_id opens
+	// sqlReserveGroup is the writing half of the reserve transaction
+	// (CONTRACT.md §4) for a group of events with distinct orders and event
+	// ids ($1…$5, one array element per event; $6 the consumer group), one
+	// statement so that its parts depend on each other inside the server:
+	// the dedup rows; an order's invoice inserted pending under its event
+	// only when that event's dedup row is new (a seen event_id opens
 	// nothing, whatever order it names), and never under a key another
 	// invoice holds (ON CONFLICT without a target covers order_id and
-	// event_id); a rejected invoice reopened under this event's id, amount,
+	// event_id); a rejected invoice reopened under the event's id, amount,
 	// currency and customer when the event is new, or when it is the replay
 	// of the very event that was rejected (its dedup row exists, the key is
 	// the invoice's own), and only if no other invoice holds the key. It
-	// returns whether the dedup row was new and whether it reopened.
-	// updated_at is when the invoice's current key started: the completer's
-	// and the gauges' clock.
-	sqlReserve = `WITH dedup AS (
-		INSERT INTO processed_event (event_id, consumer_group) VALUES ($2, $6)
+	// returns, per order, whether its event's dedup row was new and whether
+	// it reopened. The rows of one statement do not see each other's
+	// writes, which is why a group never holds two events of one order or
+	// two with one id (grouper). updated_at is when the invoice's current
+	// key started: the completer's and the gauges' clock.
+	sqlReserveGroup = `WITH input AS (
+		SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::bigint[], $5::text[])
+			AS t(order_id, event_id, customer_id, amount, currency)
+	), dedup AS (
+		INSERT INTO processed_event (event_id, consumer_group) SELECT event_id, $6 FROM input
 		ON CONFLICT (event_id, consumer_group) DO NOTHING
 		RETURNING event_id
 	), opened AS (
 		INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status)
-		SELECT $1::text, $2::uuid, $3::text, $4::bigint, $5::text, 'pending' FROM dedup
+		SELECT i.order_id, i.event_id, i.customer_id, i.amount, i.currency, 'pending' FROM input i JOIN dedup d USING (event_id)
 		ON CONFLICT DO NOTHING
 		RETURNING order_id
 	), reopened AS (
-		UPDATE invoice SET event_id = $2, customer_id = $3, amount = $4, currency = $5, status = 'pending',
-			charge_id = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now()
-		WHERE order_id = $1 AND status = 'rejected'
-			AND (event_id = $2 OR EXISTS (SELECT FROM dedup))
-			AND NOT EXISTS (SELECT FROM invoice other WHERE other.event_id = $2 AND other.order_id <> $1)
-		RETURNING order_id
+		UPDATE invoice inv SET event_id = i.event_id, customer_id = i.customer_id, amount = i.amount, currency = i.currency,
+			status = 'pending', charge_id = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now()
+		FROM input i
+		WHERE inv.order_id = i.order_id AND inv.status = 'rejected'
+			AND (inv.event_id = i.event_id OR EXISTS (SELECT FROM dedup d WHERE d.event_id = i.event_id))
+			AND NOT EXISTS (SELECT FROM invoice other WHERE other.event_id = i.event_id AND other.order_id <> i.order_id)
+		RETURNING inv.order_id
 	)
-	SELECT EXISTS (SELECT FROM dedup), EXISTS (SELECT FROM reopened)`
-)
+	SELECT i.order_id, EXISTS (SELECT FROM dedup d WHERE d.event_id = i.event_id),
+		EXISTS (SELECT FROM reopened r WHERE r.order_id = i.order_id) FROM input i`
 
-// reserveArgs are sqlReserve's arguments for inv and group.
-func reserveArgs(inv order.Invoice, group string) []any {
-	return []any{inv.OrderID, pgtype.UUID{Bytes: inv.EventID, Valid: true}, inv.CustomerID, inv.Amount, inv.Currency, group}
-}
+	// sqlInvoicesForUpdate reads the group's invoices after sqlReserveGroup,
+	// in the same transaction, locking them in order_id order.
+	sqlInvoicesForUpdate = `SELECT ` + invoiceColumns + ` FROM invoice WHERE order_id = ANY ($1::text[]) ORDER BY order_id FOR UPDATE`
+
+	// sqlSettleGroup moves each order's invoice ($1) only while it is
+	// pending under the key that was charged ($2): a late answer to an
+	// older key never settles an invoice that a later event reopened under
+	// its own. It returns the orders it moved.
+	sqlSettleGroup = `UPDATE invoice SET status = u.status, charge_id = NULLIF(u.charge_id, ''), updated_at = now()
+		FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[]) AS u(order_id, event_id, status, charge_id)
+		WHERE invoice.order_id = u.order_id AND invoice.event_id = u.event_id AND invoice.status = 'pending'
+		RETURNING invoice.order_id`
+
+	// sqlAsyncCommit, first in a pipeline, commits that pipeline's implicit
+	// transaction without waiting for its WAL flush (settleGroup says why
+	// that is safe for a settle, and only for a settle).
+	sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+)
 
 func scanInvoice(row pgx.Row) (order.Invoice, error) {
 	var (

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -32,41 +33,104 @@ const (
 // Store runs billing's transactions against a pool: order.Ledger for the
 // service (Reserve, Settle), order.PendingLedger for the pending completer,
 // and reads for probes, tools and tests.
+//
+// Reserve and Settle are grouped: the calls of concurrent events that queue
+// while earlier groups are at the server go as one set-based statement and
+// one commit (grouper, sqlReserveGroup, sqlSettleGroup). Each event keeps
+// its own dedup row, invoice and answer; a group that fails is sent again
+// one event at a time, so a failure stays the event's own. With few events
+// in flight a call finds a runner free and goes alone at once: grouping
+// adds no wait, it only takes the round trips and the WAL flushes of many
+// events at once when they would otherwise queue for connections. That is
+// what lets a pod keep hundreds of events in flight on a handful of
+// connections (config.DefaultDBMaxConns).
 type Store struct {
-	pool *pgxpool.Pool
+	pool     *pgxpool.Pool
+	reserves *grouper[reserveReq, order.Reservation]
+	settles  *grouper[settleReq, bool]
 }
 
 var _ order.Ledger = (*Store)(nil)
 
-// NewStore returns a Store using pool; the caller keeps owning the pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// StoreOption configures NewStore.
+type StoreOption func(*storeOptions)
 
-// Reserve is the reserve transaction of order.Ledger in one round trip: its
-// two statements (sqlReserve, then the read of the invoice FOR UPDATE) go in
-// one pipeline (a pgx batch) that Postgres runs as one implicit transaction,
-// committed at its Sync, rolled back whole if any statement fails. Sent one
-// by one inside BEGIN … COMMIT they cost several round trips, and on a busy 2-core machine the round trips, not the rows,
-// are what the service and the server spend their CPU on (`make bench`).
-// A serialization failure or deadlock runs it again (retry).
+type storeOptions struct {
+	groups   int
+	maxGroup int
+	observe  func(op string, events int)
+}
+
+// WithGroups sets how many reserve groups, and as many settle groups, may
+// be at the server at once (defaultGroups by default).
+func WithGroups(n int) StoreOption { return func(o *storeOptions) { o.groups = n } }
+
+// WithGroupObserver has observe told the size of each group sent, op being
+// "reserve" or "settle" (billing_db_group_events).
+func WithGroupObserver(observe func(op string, events int)) StoreOption {
+	return func(o *storeOptions) { o.observe = observe }
+}
+
+// defaultGroups is how many groups of each kind (reserve, settle) a pool of
+// maxConns connections sends at once: a quarter of it, at least one. Fewer
+// groups at the server means larger ones, each costing the server one
+// statement, one commit and one round trip however many events it holds,
+// and on a busy machine that CPU is what bounds events/s (BenchmarkReserve-
+// Settle shows the group sizes); the rest of the pool stays free for the
+// completer, the maintenance and the probes.
+func defaultGroups(maxConns int) int { return max(1, maxConns/4) }
+
+// defaultMaxGroup bounds the events of one group statement: past a hundred
+// or so the statement's own work dominates and the round trip saved is
+// noise, while the group's rows stay locked for longer.
+const defaultMaxGroup = 128
+
+// NewStore returns a Store using pool; the caller keeps owning the pool.
+func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
+	o := storeOptions{maxGroup: defaultMaxGroup}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.groups <= 0 {
+		o.groups = defaultGroups(int(pool.Config().MaxConns))
+	}
+	s := &Store{pool: pool}
+	observe := func(op string) func(int) {
+		if o.observe == nil {
+			return nil
+		}
+		return func(n int) { o.observe(op, n) }
+	}
+	s.reserves = &grouper[reserveReq, order.Reservation]{
+		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.reserveGroup, observe: observe("reserve"),
+		// The order and the event id: one of each per statement; and one
+		// consumer group, which the statement takes once.
+		key:   func(r reserveReq) []string { return []string{"o:" + r.inv.OrderID, "e:" + r.inv.EventID.String()} },
+		joins: func(first, r reserveReq) bool { return first.group == r.group },
+	}
+	s.settles = &grouper[settleReq, bool]{
+		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.settleGroup, observe: observe("settle"),
+		key: func(r settleReq) []string { return []string{r.orderID} },
+	}
+	return s
+}
+
+type reserveReq struct {
+	inv   order.Invoice
+	group string
+}
+
+// Reserve is the reserve transaction of order.Ledger, grouped with the
+// reserves of concurrent events (Store); see reserveGroup.
 func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (order.Reservation, error) {
-	var r order.Reservation
-	err := s.retry(ctx, func(ctx context.Context) error {
-		r = order.Reservation{}
-		b := &pgx.Batch{}
-		b.Queue(sqlReserve, reserveArgs(inv, group)...).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&r.FirstSeen, &r.Reopened) })
-		b.Queue(sqlInvoiceForUpdate, inv.OrderID).QueryRow(func(row pgx.Row) error {
-			var err error
-			r.Invoice, err = scanInvoice(row)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			r.Found = err == nil
-			return err
-		})
-		return s.pool.SendBatch(ctx, b).Close()
-	})
-	handOff()
+	req := reserveReq{inv: inv, group: group}
+	r, alone, err := s.reserves.do(ctx, req)
+	if alone {
+		var rs []order.Reservation
+		if rs, err = s.reserveGroup(ctx, s.pool, []reserveReq{req}); err == nil {
+			r = rs[0]
+		}
+	}
 	if isDefaultPartitionRace(err) {
 		return r, partitionRaceError(inv.EventID, err)
 	}
@@ -76,42 +140,164 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 	return r, nil
 }
 
+// reserveGroup runs the reserve transaction of reqs (distinct orders and
+// event ids, one consumer group) in one round trip: sqlReserveGroup, then
+// the read of their invoices FOR UPDATE, in one pipeline (a pgx batch) that
+// Postgres runs as one implicit transaction, committed at its Sync, rolled
+// back whole if either statement fails. Rows are sent in order_id order, so
+// that concurrent groups lock invoices in the same order. A serialization
+// failure or deadlock runs it again (retry). The error is not translated.
+func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveReq) ([]order.Reservation, error) {
+	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].inv.OrderID })
+	var (
+		orders     = make([]string, len(reqs))
+		events     = make([]pgtype.UUID, len(reqs))
+		customers  = make([]string, len(reqs))
+		amounts    = make([]int64, len(reqs))
+		currencies = make([]string, len(reqs))
+		byOrder    = make(map[string]int, len(reqs))
+	)
+	for j, i := range idx {
+		inv := reqs[i].inv
+		orders[j], events[j], customers[j], amounts[j], currencies[j] = inv.OrderID, pgtype.UUID{Bytes: inv.EventID, Valid: true}, inv.CustomerID, inv.Amount, inv.Currency
+		byOrder[inv.OrderID] = i
+	}
+	out := make([]order.Reservation, len(reqs))
+	err := s.retry(ctx, func(ctx context.Context) error {
+		clear(out)
+		b := &pgx.Batch{}
+		b.Queue(sqlReserveGroup, orders, events, customers, amounts, currencies, reqs[0].group).Query(func(rows pgx.Rows) error {
+			var (
+				orderID             string
+				firstSeen, reopened bool
+			)
+			_, err := pgx.ForEachRow(rows, []any{&orderID, &firstSeen, &reopened}, func() error {
+				i, ok := byOrder[orderID]
+				if !ok {
+					return fmt.Errorf("reserve returned order %q, which it was not sent", orderID)
+				}
+				out[i].FirstSeen, out[i].Reopened = firstSeen, reopened
+				return nil
+			})
+			return err
+		})
+		b.Queue(sqlInvoicesForUpdate, orders).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				inv, err := scanInvoice(rows)
+				if err != nil {
+					return err
+				}
+				i, ok := byOrder[inv.OrderID]
+				if !ok {
+					return fmt.Errorf("reserve read order %q, which it was not sent", inv.OrderID)
+				}
+				out[i].Invoice, out[i].Found = inv, true
+			}
+			return rows.Err()
+		})
+		return q.SendBatch(ctx, b).Close()
+	})
+	return out, err
+}
+
+// byOrderID returns the indexes 0…n-1 sorted by orderID(i): a group's rows
+// go to the server in order_id order, so that concurrent groups lock
+// invoices in one order and cannot deadlock on them.
+func byOrderID(n int, orderID func(i int) string) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(orderID(a), orderID(b)) })
+	return idx
+}
+
 // errNotFinal rejects settling an invoice to a state that is not final.
 var errNotFinal = errors.New("status is not final")
 
-// Settle is the settle transaction of order.Ledger, one UPDATE committed on
-// its own: the order's invoice moves from pending under key to status
-// (charged, declined or rejected), recording chargeID (NULL when ""). It
-// reports false when the invoice was already final, holds another key
-// (reopened since), or does not exist.
+type settleReq struct {
+	orderID  string
+	key      uuid.UUID
+	status   order.InvoiceStatus
+	chargeID string
+}
+
+// Settle is the settle transaction of order.Ledger, grouped with the
+// settles of concurrent events (Store); see settleGroup.
 func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error) {
 	if !status.Final() {
 		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", orderID, status, errNotFinal))
 	}
-	var settled bool
-	err := s.retry(ctx, func(ctx context.Context) error {
-		tag, err := s.pool.Exec(ctx, sqlSettle, orderID, string(status), chargeID, pgtype.UUID{Bytes: key, Valid: true})
-		settled = tag.RowsAffected() == 1
-		return err
-	})
-	handOff()
+	req := settleReq{orderID: orderID, key: key, status: status, chargeID: chargeID}
+	settled, alone, err := s.settles.do(ctx, req)
+	if alone {
+		var ss []bool
+		if ss, err = s.settleGroup(ctx, s.pool, []settleReq{req}); err == nil {
+			settled = ss[0]
+		}
+	}
 	if err != nil {
 		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", orderID, err))
 	}
 	return settled, nil
 }
 
-// handOff yields the processor right after a transaction has given its
-// connection back to the pool, so that the goroutine waiting for that
-// connection (woken by the release and queued next on this processor) sends
-// its statements now. Without it the caller runs on (the gateway call, the
-// next event), every goroutine it wakes on the way pushes the waiter further
-// back in the run queue, and the connection sits idle in the pool meanwhile.
-// `make bench` at a fast gateway with many events in flight shows it: part
-// of the pool idle while events wait for a connection without the yield,
-// all of it in use with it (the "DB pool (busy)" column). The cost is one
-// reschedule per transaction, nothing next to its round trip.
-func handOff() { runtime.Gosched() }
+// settleGroup moves each invoice of reqs (distinct orders) from pending
+// under its key to its final status in one statement (sqlSettleGroup),
+// committed without waiting for its WAL flush, and reports which it moved:
+// false when one was already final, holds another key (reopened since), or
+// does not exist. The error is not translated.
+//
+// Why the settle need not be durable. The reserve is: money moves only
+// after it committed, flushed, so an invoice is pending under its key before
+// any charge with that key exists. A settle only records the gateway's
+// answer to that key. If Postgres crashes and loses a settle it had
+// acknowledged (the last few wal_writer_delay of such commits; a crash of
+// the service loses nothing, the server has the commit), the invoice is
+// again what it was before: pending under the key that was charged. Nothing
+// then charges under a different key: a redelivered event of the order
+// finds the invoice pending and resumes it under its recorded key, and the
+// pending completer does the same for an invoice no event comes back for;
+// the gateway answers that key's replay from its first execution
+// (CONTRACT.md §5), and the settle is made again. A lost settle therefore
+// costs one gateway replay and some time, never a second charge; a flushed
+// settle would make every event wait on the disk a second time. The test of
+// this crash is TestLostSettleIsRedoneFromTheGatewayReplay.
+func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq) ([]bool, error) {
+	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].orderID })
+	var (
+		orders   = make([]string, len(reqs))
+		keys     = make([]pgtype.UUID, len(reqs))
+		statuses = make([]string, len(reqs))
+		charges  = make([]string, len(reqs))
+		byOrder  = make(map[string]int, len(reqs))
+	)
+	for j, i := range idx {
+		r := reqs[i]
+		orders[j], keys[j], statuses[j], charges[j] = r.orderID, pgtype.UUID{Bytes: r.key, Valid: true}, string(r.status), r.chargeID
+		byOrder[r.orderID] = i
+	}
+	out := make([]bool, len(reqs))
+	err := s.retry(ctx, func(ctx context.Context) error {
+		clear(out)
+		b := &pgx.Batch{}
+		b.Queue(sqlAsyncCommit)
+		b.Queue(sqlSettleGroup, orders, keys, statuses, charges).Query(func(rows pgx.Rows) error {
+			var orderID string
+			_, err := pgx.ForEachRow(rows, []any{&orderID}, func() error {
+				i, ok := byOrder[orderID]
+				if !ok {
+					return fmt.Errorf("settle returned order %q, which it was not sent", orderID)
+				}
+				out[i] = true
+				return nil
+			})
+			return err
+		})
+		return q.SendBatch(ctx, b).Close()
+	})
+	return out, err
+}
 
 // retry runs one transaction attempt, and again after a serialization
 // failure or deadlock (and the DEFAULT-partition race), up to txAttempts

@@ -47,6 +47,34 @@ func newQueryTracer(tp trace.TracerProvider) queryTracer {
 	return queryTracer{tracer: tp.Tracer(TracerName)}
 }
 
+// attrGroupEvents is the span attribute of a grouped statement: how many
+// events it did the work of.
+const attrGroupEvents = "billing.db.group_events"
+
+// groupKey carries a group's facts into the context its statements run
+// under. That context descends from the group's first event, so the
+// statement's span lands in that event's trace; it links to the spans of
+// the group's other events, so each of their traces can find the
+// statement that did its database work.
+type groupKey struct{}
+
+type groupSpan struct {
+	events int
+	links  []trace.Link
+}
+
+// withGroup returns ctx marked as the context of a group of as many events
+// as ctxs, the other events' contexts being ctxs[1:].
+func withGroup(ctx context.Context, ctxs []context.Context) context.Context {
+	g := groupSpan{events: len(ctxs)}
+	for _, c := range ctxs[1:] {
+		if sc := trace.SpanContextFromContext(c); sc.IsValid() {
+			g.links = append(g.links, trace.Link{SpanContext: sc})
+		}
+	}
+	return context.WithValue(ctx, groupKey{}, g)
+}
+
 // spanKey marks a context whose span this tracer started, so that the End
 // calls never end the caller's span when Start started none.
 type spanKey struct{}
@@ -62,7 +90,12 @@ func (t queryTracer) start(ctx context.Context, conn *pgx.Conn, name string, att
 		semconv.ServerAddress(cfg.Host),
 		semconv.ServerPort(int(cfg.Port)),
 	)
-	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	if g, ok := ctx.Value(groupKey{}).(groupSpan); ok {
+		attrs = append(attrs, attribute.Int(attrGroupEvents, g.events))
+		opts = append(opts, trace.WithLinks(g.links...))
+	}
+	ctx, span := t.tracer.Start(ctx, name, append(opts, trace.WithAttributes(attrs...))...)
 	return context.WithValue(ctx, spanKey{}, span)
 }
 

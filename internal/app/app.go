@@ -109,7 +109,9 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 			Acquires: st.AcquireCount(), EmptyAcquires: st.EmptyAcquireCount(), EmptyAcquireWait: st.EmptyAcquireWaitTime(),
 		}
 	})
-	a.store = postgres.NewStore(pool)
+	a.store = postgres.NewStore(pool, postgres.WithGroupObserver(func(op string, n int) {
+		a.Metrics.DBGroupEvents.WithLabelValues(op).Observe(float64(n))
+	}))
 	a.maint, err = postgres.NewDedupMaintainer(pool, postgres.DedupOptions{
 		Retention: cfg.DedupRetention, Metrics: a.Metrics, Logger: log})
 	if err != nil {

@@ -218,19 +218,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// DefaultDBMaxConns sizes the pool for maxInFlight events: each in-flight
-// event holds a connection only inside its short reserve and settle
-// transactions, so a quarter suffices; plus room for maintenance and probes.
-// `make bench` found a pool this size billing as fast as a larger one, with
-// less waiting for Postgres (the README's Throughput section says how to
-// measure it again): fewer connections per replica for the same work, which
-// matters with several replicas against one max_connections.
+// DefaultDBMaxConns is the pool size for maxInFlight events: a few
+// connections for the sequential loop, growing with in-flight up to 8. The
+// store groups the reserves and settles of events that wait for the
+// database (infra/postgres.Store), so hundreds of events in flight share a
+// handful of connections: `make bench` measures in-flight 256 on these 8
+// against a wider pool. Few connections per replica is what lets the HPA's
+// replicas stay within one Postgres's max_connections (100 by default: 12
+// replicas × 8).
 func DefaultDBMaxConns(maxInFlight int) int {
-	n := maxInFlight/4 + 4
-	if n > 64 {
-		n = 64
-	}
-	return n
+	return min(8, maxInFlight/8+4)
 }
 
 // RetryDelaysDurations returns the retry tier delays as time.Durations.

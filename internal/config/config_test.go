@@ -29,11 +29,11 @@ func TestLoadDefaults(t *testing.T) {
 	if got := c.RetryDelaysDurations(); len(got) != 3 || got[0] != 5*time.Second || got[2] != 10*time.Minute {
 		t.Errorf("retry delays = %v", got)
 	}
-	if c.MaxInFlight != 64 || c.DBMaxConns != 20 {
-		t.Errorf("in-flight %d, conns %d; want 64, 20", c.MaxInFlight, c.DBMaxConns)
+	if c.MaxInFlight != 64 || c.DBMaxConns != 8 {
+		t.Errorf("in-flight %d, conns %d; want 64, 8", c.MaxInFlight, c.DBMaxConns)
 	}
-	// A quarter of in-flight plus 4 for maintenance and probes, at most 64.
-	for inFlight, want := range map[int]int{1: 4, 16: 8, 64: 20, 240: 64, 256: 64, 10000: 64} {
+	// An eighth of in-flight plus 4, at most 8: the store groups what waits.
+	for inFlight, want := range map[int]int{1: 4, 8: 5, 16: 6, 32: 8, 64: 8, 256: 8, 10000: 8} {
 		if got := DefaultDBMaxConns(inFlight); got != want {
 			t.Errorf("DefaultDBMaxConns(%d) = %d, want %d", inFlight, got, want)
 		}

@@ -29,7 +29,7 @@ func TestValidateChangesNothingNormalizeDoes(t *testing.T) {
 	c.Normalize()
 	want := raw()
 	want.KafkaBrokers = []string{"localhost:9092", "kafka-2:9093"}
-	want.KafkaSASLMechanism, want.LogLevel, want.DBMaxConns = "scram-sha-512", "warn", 20
+	want.KafkaSASLMechanism, want.LogLevel, want.DBMaxConns = "scram-sha-512", "warn", 8
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Normalize:\n got %+v\nwant %+v", c, want)
 	}
@@ -53,7 +53,7 @@ func TestLoadNormalizes(t *testing.T) {
 	if got, want := c.KafkaBrokers, []string{"localhost:9092", "kafka-2:9093"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("brokers = %q, want %q", got, want)
 	}
-	if c.KafkaSASLMechanism != "plain" || c.LogLevel != "debug" || c.DBMaxConns != 8 {
-		t.Errorf("mechanism %q, log level %q, conns %d; want plain, debug, 8", c.KafkaSASLMechanism, c.LogLevel, c.DBMaxConns)
+	if c.KafkaSASLMechanism != "plain" || c.LogLevel != "debug" || c.DBMaxConns != 6 {
+		t.Errorf("mechanism %q, log level %q, conns %d; want plain, debug, 6", c.KafkaSASLMechanism, c.LogLevel, c.DBMaxConns)
 	}
 }

@@ -62,6 +62,11 @@ func roundTrip(t *testing.T, brokers []string, partitions, n int) {
 	keyPartition := make(map[string]int) // key -> partition
 	for range n {
 		m, err := r.FetchMessage(ctx)
+		// A broker just started may still be loading the group's
+		// coordinator state: kafka-go hands that back, marked temporary.
+		for kerr := kafka.Error(0); errors.As(err, &kerr) && kerr.Temporary(); {
+			m, err = r.FetchMessage(ctx)
+		}
 		if err != nil {
 			t.Fatalf("fetch after %d records: %v", len(seen), err)
 		}

@@ -13,26 +13,27 @@ import (
 
 // Metrics holds the service's collectors.
 type Metrics struct {
-	Events           *prometheus.CounterVec // outcome
-	HandleDuration   prometheus.Histogram   //
-	PaymentRequests  *prometheus.CounterVec // code
-	PaymentDuration  prometheus.Histogram   //
-	ConsumerLag      *prometheus.GaugeVec   // topic, partition
-	InFlight         *prometheus.GaugeVec   // topic
-	DedupRowsDeleted prometheus.Counter     //
-	DedupPartitions  prometheus.Gauge       //
-	ConsumerPaused   prometheus.Gauge       //
-	RoutedWrites     *prometheus.CounterVec // topic, result
-	Commits          *prometheus.CounterVec // result
-	HandlerPanics    prometheus.Counter     //
-	MaintenanceRuns  *prometheus.CounterVec // result
-	MaintenanceLast  prometheus.Gauge       //
-	DLQRecords       *prometheus.GaugeVec   // topic
-	EventDelay       prometheus.Histogram   //
-	DBPool           *PoolCollector         // billing_db_pool_*, once Watch is called
-	InvoicesPending  prometheus.Gauge       // from Postgres, by the pending completer
-	PendingOldest    prometheus.Gauge       // from Postgres, by the pending completer
-	Gathered         prometheus.Gatherer    // what /metrics serves
+	Events           *prometheus.CounterVec   // outcome
+	HandleDuration   prometheus.Histogram     //
+	PaymentRequests  *prometheus.CounterVec   // code
+	PaymentDuration  prometheus.Histogram     //
+	ConsumerLag      *prometheus.GaugeVec     // topic, partition
+	InFlight         *prometheus.GaugeVec     // topic
+	DedupRowsDeleted prometheus.Counter       //
+	DedupPartitions  prometheus.Gauge         //
+	ConsumerPaused   prometheus.Gauge         //
+	RoutedWrites     *prometheus.CounterVec   // topic, result
+	Commits          *prometheus.CounterVec   // result
+	HandlerPanics    prometheus.Counter       //
+	MaintenanceRuns  *prometheus.CounterVec   // result
+	MaintenanceLast  prometheus.Gauge         //
+	DLQRecords       *prometheus.GaugeVec     // topic
+	EventDelay       prometheus.Histogram     //
+	DBGroupEvents    *prometheus.HistogramVec // op
+	DBPool           *PoolCollector           // billing_db_pool_*, once Watch is called
+	InvoicesPending  prometheus.Gauge         // from Postgres, by the pending completer
+	PendingOldest    prometheus.Gauge         // from Postgres, by the pending completer
+	Gathered         prometheus.Gatherer      // what /metrics serves
 }
 
 // New registers every metric on reg (and the Go and process collectors when
@@ -120,13 +121,22 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Help:    "Time from an order's occurred_at (the record's timestamp when it cannot be read) to its final outcome, once per final event.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
 		}),
+		// How well the store groups the database work of concurrent
+		// events (infra/postgres.Store): 1 while events are few, larger
+		// while they queue for the database. Mean events per statement =
+		// rate(_sum) / rate(_count).
+		DBGroupEvents: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "billing_db_group_events",
+			Help:    "Events per grouped database statement, by op (reserve, settle).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}, []string{"op"}),
 		DBPool:   newPoolCollector(),
 		Gathered: reg,
 	}
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
 		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool,
-		m.InvoicesPending, m.PendingOldest, m.HandlerPanics, m.DLQRecords, m.EventDelay)
+		m.InvoicesPending, m.PendingOldest, m.HandlerPanics, m.DLQRecords, m.EventDelay, m.DBGroupEvents)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -135,6 +145,9 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 	}
 	for _, r := range []string{"ok", "error", "skipped"} {
 		m.MaintenanceRuns.WithLabelValues(r)
+	}
+	for _, op := range []string{"reserve", "settle"} {
+		m.DBGroupEvents.WithLabelValues(op)
 	}
 	for _, c := range PaymentCodes {
 		m.PaymentRequests.WithLabelValues(c)

@@ -135,12 +135,12 @@ func TestSpanTreeOfOneRecord(t *testing.T) {
 		switch {
 		case s.Name == "BATCH" && strings.Contains(text, "processed_event") && strings.Contains(text, "invoice"):
 			reserve = true
-		case s.Name == "UPDATE" && strings.Contains(text, "invoice"):
+		case s.Name == "BATCH" && strings.Contains(text, "UPDATE invoice"):
 			settle = true
 		}
 	}
 	if !reserve || !settle {
-		t.Errorf("db spans %v: reserve batch %v, settle UPDATE %v; want both", names(db), reserve, settle)
+		t.Errorf("db spans %v: reserve batch %v, settle batch %v; want both", names(db), reserve, settle)
 	}
 
 	var line map[string]any

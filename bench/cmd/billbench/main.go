@@ -49,11 +49,15 @@ type options struct {
 	reps       int
 	latencies  []time.Duration
 	inFlight   []int
+	dup        []int // in-flight of the all-duplicate cells, at 0 ms
+	wideConns  int   // pool of the wide-pool cell (0: none)
+	wideFlight int   // its in-flight, at 0 ms
 	partitions int
 	steady     time.Duration
 	pgbenchT   time.Duration
-	broker     string // auto, real, kfake
-	pgbenchSQL string
+	broker     string   // auto, real, kfake
+	pgbenchSQL string   // the per-event script, the yardstick
+	groupedSQL string   // the grouped script (issue 18's shape)
 	args       []string // as given, for the report
 	cpuProfile string
 }
@@ -67,9 +71,12 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.reps, "reps", 5, "runs per cell; the report shows the median")
 	lat := fs.String("latencies", "0ms,20ms", "gateway stub latencies")
 	inf := fs.String("inflight", "1,64,256", "BILLING_MAX_IN_FLIGHT values")
+	dup := fs.String("dup", "64", "in-flight values of the all-duplicate cells (0 ms; every event billed before by the run's group, seeded in the database); empty for none")
+	fs.IntVar(&o.wideConns, "wide-conns", 32, "BILLING_DB_MAX_CONNS of the wide-pool cell, measured right after its default-pool twin to compare the two; 0 for none")
+	fs.IntVar(&o.wideFlight, "wide-inflight", 256, "BILLING_MAX_IN_FLIGHT of the wide-pool cell (0 ms)")
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of each run's topic")
 	fs.DurationVar(&o.steady, "steady", 6*time.Second, "steady state each service run aims at (events are sized from the rate measured so far)")
-	fs.DurationVar(&o.pgbenchT, "pgbench-time", 10*time.Second, "pgbench -T of each ceiling run")
+	fs.DurationVar(&o.pgbenchT, "pgbench-time", 6*time.Second, "pgbench -T of each ceiling run (per-event and grouped)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the driver's own CPU profile (the gateway stub runs in it) to this file")
 	fs.StringVar(&o.broker, "broker", "auto", "auto (real broker when its jars are present, else kfake), real or kfake")
 	if err := fs.Parse(args); err != nil {
@@ -89,6 +96,19 @@ func parseOptions(args []string) (options, error) {
 		}
 		o.inFlight = append(o.inFlight, n)
 	}
+	for _, s := range strings.Split(*dup, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
+			return o, fmt.Errorf("-dup %q: want positive integers", s)
+		}
+		o.dup = append(o.dup, n)
+	}
+	if o.wideConns < 0 || o.wideFlight < 1 {
+		return o, fmt.Errorf("-wide-conns %d -wide-inflight %d: want a pool of 0 or more and an in-flight of 1 or more", o.wideConns, o.wideFlight)
+	}
 	if o.reps < 1 {
 		return o, fmt.Errorf("-reps %d: want at least 1", o.reps)
 	}
@@ -98,6 +118,7 @@ func parseOptions(args []string) (options, error) {
 		return o, fmt.Errorf("-broker %q: want auto, real or kfake", o.broker)
 	}
 	o.pgbenchSQL = "bench/reserve_settle.sql"
+	o.groupedSQL = "bench/reserve_settle_grouped.sql"
 	o.args = args
 	return o, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/pgcluster"
+	"github.com/acme/billing/internal/pgtest"
 )
 
 // pgbench 15's report, abridged.
@@ -61,49 +65,79 @@ func TestMedian(t *testing.T) {
 	}
 }
 
-// TestChecks: the targets are computed from medians (the ceiling ratio from
-// each run's ratio to its own ceiling), and a miss says so.
+// TestChecks: the targets are computed from medians (a ceiling ratio from
+// each run's ratio to its own ceiling, the pool comparison from each rep's
+// pair of runs), issue 18's bound replaces issue 5's where both check the
+// same, and a miss says so.
 func TestChecks(t *testing.T) {
 	run := func(rate float64, rssMiB int64) serviceRun { return serviceRun{rate: rate, hwm: rssMiB << 20} }
 	paired := func(rate, ceiling float64) serviceRun { return serviceRun{rate: rate, hwm: 40 << 20, ceiling: ceiling} }
-	one, many := cell{20 * time.Millisecond, 1}, cell{20 * time.Millisecond, 64}
-	zero, zero256, zero1 := cell{0, 64}, cell{0, 256}, cell{0, 1}
+	pooled := func(rate, pool float64) serviceRun { return serviceRun{rate: rate, hwm: 40 << 20, pool: pool} }
+	one, many := cell{latency: 20 * time.Millisecond, inFlight: 1}, cell{latency: 20 * time.Millisecond, inFlight: 64}
+	zero, zero256, zero1 := cell{inFlight: 64}, cell{inFlight: 256}, cell{inFlight: 1}
+	dup, dup16, wide := cell{inFlight: 64, dup: true}, cell{inFlight: 16, dup: true}, cell{inFlight: 256, conns: 32}
+	zero16 := cell{inFlight: 16}
 	r := &result{
-		cells: []cell{one, many, zero, zero256, zero1},
+		cells: []cell{one, many, zero, dup, zero256, wide, zero1, zero16, dup16},
 		runs: map[cell][]serviceRun{
 			one:  {run(40, 30), run(45, 30), run(50, 30)},
 			many: {run(2000, 40), run(1000, 40), run(1900, 120)}, // median 1900: 42×
 			// Ratios 25%, 50%, 75%: median 50%, though the medians of
 			// rates and ceilings (2000 vs 4000) also give 50%.
 			zero: {paired(1000, 4000), paired(3000, 4000), paired(2000, 4000)},
-			// Ratios 70%, 60%, 65%: median 65%, where the medians of its
-			// rates and ceilings (2800 vs 4000) would give 70%; the run
-			// without a ceiling is left out.
-			zero256: {paired(2800, 4000), paired(3000, 5000), paired(2600, 4000), run(100, 40)},
-			// 59.96%: short of the target, so it must not read as 60%.
+			// 310%, 290%, 320%: median 310%.
+			dup: {paired(12400, 4000), paired(11600, 4000), paired(12800, 4000)},
+			// Ratios 105%, 100%, 95%: median 100%, where the medians of its
+			// rates and ceilings (4000 vs 4000) would give 100% too; the run
+			// without a ceiling is left out. The service reported a pool of 8.
+			zero256: {{rate: 4200, ceiling: 4000, pool: 8}, {rate: 5000, ceiling: 5000, pool: 8}, {rate: 3800, ceiling: 4000, pool: 8}, run(100, 40)},
+			// Per rep 4200/4500, 5000/5000, 3800/4500: 93%, 100%, 84%:
+			// median 93%, though its medians (4000 vs 4500) give 88.9%.
+			wide: {pooled(4500, 32), pooled(5000, 32), pooled(4500, 32)},
+			// 59.96%: short of issue 5's target, so it must not read as 60%.
 			zero1: {paired(1499, 2500)},
+			// Issue 5's 60% still holds at an in-flight issue 18 names no bound for.
+			zero16: {paired(3000, 4000)},
+			dup16:  {paired(9000, 4000)}, // no target: not a line
 		},
-		pgbench: map[int][]pgbenchRun{dbClients(64): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
+		pgbench: map[int][]pgbenchRun{cell{inFlight: 64}.clients(): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
 	}
 	got := r.checks()
-	if len(got) != 5 {
-		t.Fatalf("checks() = %+v, want 5", got)
-	}
 	want := []struct {
-		ok   bool
-		text string
+		ok    bool
+		issue string
+		text  string
 	}{
-		{true, "42.2×"},
-		{false, "in-flight 64 reaches 50.0% of the pgbench ceiling at 20 clients (median of 3 runs, each to the ceiling measured just before it: 25–75%"},
-		{true, "in-flight 256 reaches 65.0% of the pgbench ceiling at 64 clients (median of 3 runs, each to the ceiling measured just before it: 60–70%"},
-		{false, "in-flight 1 reaches 59.9% of the pgbench ceiling at 1 clients (median of 1 runs"},
-		{false, "120.0 MiB"},
+		{true, "issues 5, 18", "42.2×"},
+		{false, "issue 18", "in-flight 64 reaches 50.0% of the per-event pgbench ceiling at " + strconv.Itoa(zero.clients()) + " clients (median of 3 runs, each to the ceiling measured just before it: 25–75%"},
+		{true, "issue 18", "an all-duplicate stream at in-flight 64 reaches 310.0% of the per-event pgbench ceiling"},
+		{true, "issue 18", "in-flight 256 reaches 100.0% of the per-event pgbench ceiling at " + strconv.Itoa(zero256.clients()) + " clients (median of 3 runs, each to the ceiling measured just before it: 95–105%"},
+		{false, "issue 5", "in-flight 1 reaches 59.9% of the per-event pgbench ceiling at 1 clients (median of 1 runs"},
+		{true, "issue 5", "in-flight 16 reaches 75.0%"},
+		{true, "issue 18", "in-flight 256 on its default pool of 8 connections reaches 93.3% of its events/s on 32 (median of 3 reps, each to the wide-pool run right after it: 84–100%; medians 4000 vs 4500 events/s; the better is the wide pool)"},
+		{false, "issues 5, 18", "120.0 MiB"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("checks() = %+v, want %d", got, len(want))
 	}
 	for i, w := range want {
-		if got[i].ok != w.ok || !strings.Contains(got[i].text, w.text) {
-			t.Errorf("check %d = %+v, want ok=%v and %q in it", i, got[i], w.ok, w.text)
+		if got[i].ok != w.ok || got[i].issue != w.issue || !strings.Contains(got[i].text, w.text) {
+			t.Errorf("check %d = %+v, want ok=%v, %s and %q in it", i, got[i], w.ok, w.issue, w.text)
 		}
 	}
+
+	// A default pool above issue 18's bound misses, however fast.
+	r.runs[zero256] = []serviceRun{pooled(5000, 64)}
+	r.runs[wide] = []serviceRun{pooled(4000, 32)}
+	for _, ch := range r.checks() {
+		if strings.Contains(ch.text, "default pool of 64 connections") {
+			if ch.ok {
+				t.Errorf("check %+v: met with a pool of 64, want not met", ch)
+			}
+			return
+		}
+	}
+	t.Error("no pool check with the pool of 64")
 }
 
 // TestSmoke runs the whole driver once, small: the built service against
@@ -128,7 +162,8 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	err := run(ctx, []string{"-bin", bin, "-root", "../../..", "-out", report, "-reps", "1",
-		"-latencies", "0ms", "-inflight", "2", "-steady", "1s", "-pgbench-time", "1s", "-broker", "kfake"}, log)
+		"-latencies", "0ms", "-inflight", "2", "-steady", "1s", "-pgbench-time", "1s", "-broker", "kfake",
+		"-dup", "2", "-wide-conns", "3", "-wide-inflight", "2"}, log)
 	if err != nil {
 		t.Fatalf("billbench: %v", err)
 	}
@@ -140,7 +175,11 @@ func TestSmoke(t *testing.T) {
 	// The row of the one cell, with the pool the service ran with
 	// (config_test pins the values of DefaultDBMaxConns).
 	row := fmt.Sprintf("| 0 ms | 2 | %d (", config.DefaultDBMaxConns(2))
-	for _, want := range []string{row, "pgbench ceiling", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", dbClients(2)), "NOT the real broker", "No problem: every measured run"} {
+	// The all-duplicate cell and the wide-pool cell, with the pool they ran
+	// with as the service reported it; the wide one has no ceiling.
+	dup := fmt.Sprintf("| 0 ms, dup | 2 | %d (", config.DefaultDBMaxConns(2))
+	wide := "| 0 ms, wide pool | 2 | 3 ("
+	for _, want := range []string{row, dup, wide, "| — | — | — | — |", "every outcome `duplicate`", "replace issue 5's where they are the same check", "(issue 5): at 0 ms, in-flight 2 reaches", "(issues 5, 18): highest peak RSS", "(issue 18): at 0 ms, in-flight 2 on its default pool of ", "pgbench ceiling", "grouped ceiling, events/s (G)", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", cell{latency: 0, inFlight: 2}.clients()), "NOT the real broker", "No problem: every measured run"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}
@@ -183,6 +222,94 @@ spec:
 		got, err := runtimeEnv(manifest(cpu))
 		if err != nil || got["GOMAXPROCS"] != want {
 			t.Errorf("limits.cpu %s: GOMAXPROCS %q (%v), want %s", cpu, got["GOMAXPROCS"], err, want)
+		}
+	}
+}
+
+// TestPgbenchScripts runs both ceiling scripts briefly against a freshly
+// migrated cluster, through runPgbench: each must run without a failed
+// transaction and write exactly what its transactions stand for (per
+// transaction one event, or G, billed: an invoice charged and a dedup row in
+// today's partition each).
+func TestPgbenchScripts(t *testing.T) {
+	t.Parallel()
+	binDir, err := pgcluster.FindBinDir()
+	if err != nil {
+		t.Skipf("no Postgres server binaries: %v", err)
+	}
+	pgbench := filepath.Join(binDir, "pgbench")
+	if _, err := os.Stat(pgbench); err != nil {
+		t.Skipf("no pgbench beside the server (%s): scripts/deps.sh installs it", pgbench)
+	}
+	c, _ := pgtest.NewMigratedCluster(t)
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{root: root, dsn: c.DSN("postgres"), pgbench: pgbench, outDir: t.TempDir()}
+	if err := os.MkdirAll(filepath.Join(e.outDir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseOptions([]string{"-pgbench-time", "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	for _, tc := range []struct{ clients, g int }{{2, 0}, {2, 1}, {3, 7}} {
+		p, err := runPgbench(pgtest.Context(t), e, o, tc.clients, tc.g, log)
+		if err != nil {
+			t.Fatalf("runPgbench(%d clients, g %d): %v", tc.clients, tc.g, err)
+		}
+		if p.failed != 0 || p.processed == 0 || p.problem != "" {
+			t.Errorf("runPgbench(%d clients, g %d) = %+v, want transactions, none failed, no problem", tc.clients, tc.g, p)
+		}
+		if want := max(tc.g, 1); p.group != want || p.events() != p.tps*float64(want) {
+			t.Errorf("runPgbench(%d clients, g %d): group %d, events/s %v, want group %d and tps × it", tc.clients, tc.g, p.group, p.events(), want)
+		}
+	}
+}
+
+// TestScrapeGroupSizes: the group histogram's labelled sums and counts are
+// read beside the outcomes, and a cell shows their medians, or "—" where
+// the binary exported none (today's) or an op never ran.
+func TestScrapeGroupSizes(t *testing.T) {
+	t.Parallel()
+	const page = `# TYPE billing_events_total counter
+billing_events_total{outcome="charged"} 90
+billing_events_total{outcome="duplicate"} 10
+billing_db_pool_max_connections 8
+billing_db_group_events_bucket{op="reserve",le="8"} 10
+billing_db_group_events_sum{op="reserve"} 750
+billing_db_group_events_count{op="reserve"} 100
+billing_db_group_events_sum{op="settle"} 90
+billing_db_group_events_count{op="settle"} 30
+`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, page) }))
+	defer srv.Close()
+	series := map[string]float64{}
+	out, err := scrapeOutcomes(t.Context(), srv.Client(), srv.URL, series)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out["charged"] != 90 || out["duplicate"] != 10 {
+		t.Errorf("outcomes = %v, want 90 charged, 10 duplicate", out)
+	}
+	want := map[string]float64{poolSeries: 8,
+		groupSeries("reserve", "sum"): 750, groupSeries("reserve", "count"): 100,
+		groupSeries("settle", "sum"): 90, groupSeries("settle", "count"): 30}
+	if !maps.Equal(series, want) {
+		t.Errorf("series = %v, want %v", series, want)
+	}
+
+	c, d, old := cell{inFlight: 64}, cell{inFlight: 64, dup: true}, cell{inFlight: 256}
+	r := &result{runs: map[cell][]serviceRun{
+		c:   {{groupReserve: 7.5, groupSettle: 3}, {groupReserve: 6, groupSettle: 4}, {groupReserve: 8, groupSettle: 5}},
+		d:   {{groupReserve: 8}},
+		old: {{}, {}},
+	}}
+	for cl, want := range map[cell]string{c: "7.5 / 4.0", d: "8.0 / —", old: "— / —"} {
+		if got := r.groupSizes(cl); got != want {
+			t.Errorf("groupSizes(%s) = %q, want %q", cl, got, want)
 		}
 	}
 }

@@ -13,28 +13,38 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	kafkago "github.com/segmentio/kafka-go"
-
-	"github.com/acme/billing/internal/config"
 )
 
 // result is everything one billbench run measured.
 type result struct {
 	cells   []cell
-	runs    map[cell][]serviceRun // the measured runs, reps per cell
-	pgbench map[int][]pgbenchRun  // by client count
+	runs    map[cell][]serviceRun     // the measured runs, reps per cell
+	pgbench map[int][]pgbenchRun      // per-event script, by client count
+	grouped map[groupKey][]pgbenchRun // grouped script, by client count and group size
 	took    time.Duration
 }
 
+// groupKey names a grouped ceiling: clients × events per transaction.
+type groupKey struct{ clients, g int }
+
 // pgbenchRun is one pgbench ceiling run.
 type pgbenchRun struct {
-	clients int
-	tps     float64 // script runs (= events) per second, without connection time
-	latency float64 // average ms per script run
-	failed  int
-	steal   float64 // % of one CPU the hypervisor took during the run
-	busy    float64 // % of one CPU the host was busy (not idle or iowait)
+	clients   int
+	grouped   bool    // the grouped script, not the per-event one
+	group     int     // events per script run: 1 for the per-event script, G for the grouped one
+	tps       float64 // script runs per second, without connection time
+	latency   float64 // average ms per script run
+	processed int     // script runs that completed
+	failed    int
+	steal     float64 // % of one CPU the hypervisor took during the run
+	busy      float64 // % of one CPU the host was busy (not idle or iowait)
+	problem   string  // what the run wrote differs from what it should have ("" when not)
 }
+
+// events is the run's ceiling in events/s.
+func (p pgbenchRun) events() float64 { return p.tps * float64(max(p.group, 1)) }
 
 // Event counts: the calibration run of a cell is small and discarded (it
 // warms the JIT of the broker and Postgres's caches and sizes the measured
@@ -46,22 +56,54 @@ const (
 	maxEvents         = 200_000
 )
 
-// dbClients is the database concurrency of the service at inFlight: the
-// pool it sizes by default, or fewer when fewer events can be in flight.
-// pgbench runs with as many clients, so both press Postgres equally hard.
-func dbClients(inFlight int) int { return min(inFlight, config.DefaultDBMaxConns(inFlight)) }
-
-func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result, error) {
-	res := &result{runs: map[cell][]serviceRun{}, pgbench: map[int][]pgbenchRun{}}
+// cells are the cells of o in the order of the table (and of the runs
+// within a client count): each latency's in-flight values, at 0 ms each
+// followed by its all-duplicate cell and its wide-pool cell if asked for;
+// those asked for at an in-flight that -inflight lacks come last.
+func cells(o options) []cell {
+	var out []cell
 	for _, l := range o.latencies {
 		for _, n := range o.inFlight {
-			res.cells = append(res.cells, cell{latency: l, inFlight: n})
+			out = append(out, cell{latency: l, inFlight: n})
+			if l != 0 {
+				continue
+			}
+			if slices.Contains(o.dup, n) {
+				out = append(out, cell{inFlight: n, dup: true})
+			}
+			if o.wideConns > 0 && n == o.wideFlight {
+				out = append(out, cell{inFlight: n, conns: o.wideConns})
+			}
 		}
 	}
+	for _, n := range o.dup {
+		if c := (cell{inFlight: n, dup: true}); !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	if c := (cell{inFlight: o.wideFlight, conns: o.wideConns}); o.wideConns > 0 && !slices.Contains(out, c) {
+		out = append(out, c)
+	}
+	return out
+}
+
+func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result, error) {
+	res := &result{runs: map[cell][]serviceRun{}, pgbench: map[int][]pgbenchRun{}, grouped: map[groupKey][]pgbenchRun{}}
+	res.cells = cells(o)
+	// The client counts of the ceilings, and per count the group sizes of
+	// its grouped ceilings, in the order of the cells.
 	var clients []int
-	for _, n := range o.inFlight {
-		if c := dbClients(n); !slices.Contains(clients, c) {
-			clients = append(clients, c)
+	groups := map[int][]int{}
+	for _, c := range res.cells {
+		if c.conns > 0 {
+			continue // no ceiling of its own
+		}
+		k := c.clients()
+		if !slices.Contains(clients, k) {
+			clients = append(clients, k)
+		}
+		if !slices.Contains(groups[k], c.group()) {
+			groups[k] = append(groups[k], c.group())
 		}
 	}
 
@@ -103,26 +145,61 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 	// before the cells run at its client count, and a run's ratio is taken
 	// to that ceiling: the machine's speed, which drifts by tens of per cent
 	// over minutes here, is then about the same for both sides of a ratio.
+	runCell := func(c cell, rep int, ceiling, grouped float64) error {
+		n := min(max(int(expect[c]*o.steady.Seconds()), minEvents), maxEvents)
+		r, err := runService(ctx, e, o, c, name(c, "r"+strconv.Itoa(rep)), n, max(expect[c]/2, 1), log)
+		if err != nil {
+			return fmt.Errorf("%s rep %d: %w", c, rep, err)
+		}
+		e.deleteTopics(ctx, r.name, log)
+		r.ceiling, r.grouped = ceiling, grouped
+		res.runs[c] = append(res.runs[c], r)
+		expect[c] = median(res.rates(c))
+		return nil
+	}
 	for rep := 1; rep <= o.reps; rep++ {
+		ran := map[cell]bool{}
 		for _, k := range clients {
-			p, err := runPgbench(ctx, e, o, k, log)
+			p, err := runPgbench(ctx, e, o, k, 0, log)
 			if err != nil {
 				return nil, err
 			}
 			res.pgbench[k] = append(res.pgbench[k], p)
+			grouped := map[int]float64{}
+			for _, g := range groups[k] {
+				q, err := runPgbench(ctx, e, o, k, g, log)
+				if err != nil {
+					return nil, err
+				}
+				res.grouped[groupKey{k, g}] = append(res.grouped[groupKey{k, g}], q)
+				grouped[g] = q.events()
+			}
 			for _, c := range res.cells {
-				if dbClients(c.inFlight) != k {
+				if c.conns > 0 || c.clients() != k {
 					continue
 				}
-				n := min(max(int(expect[c]*o.steady.Seconds()), minEvents), maxEvents)
-				r, err := runService(ctx, e, o, c, name(c, "r"+strconv.Itoa(rep)), n, max(expect[c]/2, 1), log)
-				if err != nil {
-					return nil, fmt.Errorf("%s rep %d: %w", c, rep, err)
+				if err := runCell(c, rep, p.tps, grouped[c.group()]); err != nil {
+					return nil, err
 				}
-				e.deleteTopics(ctx, r.name, log)
-				r.ceiling = p.tps
-				res.runs[c] = append(res.runs[c], r)
-				expect[c] = median(res.rates(c))
+				ran[c] = true
+				// A wide-pool cell right after its twin, so that the
+				// machine's speed is about the same for both sides of
+				// their comparison.
+				for _, w := range res.cells {
+					if w.conns > 0 && w.plain() == c {
+						if err := runCell(w, rep, 0, 0); err != nil {
+							return nil, err
+						}
+						ran[w] = true
+					}
+				}
+			}
+		}
+		for _, w := range res.cells { // a wide-pool cell whose twin is not measured
+			if !ran[w] {
+				if err := runCell(w, rep, 0, 0); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -152,46 +229,83 @@ func (e *env) deleteTopics(ctx context.Context, topic string, log *slog.Logger) 
 }
 
 var (
-	pgbenchTPS     = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
-	pgbenchLatency = regexp.MustCompile(`(?m)^latency average = ([0-9.]+) ms`)
-	pgbenchFailed  = regexp.MustCompile(`(?m)^number of failed transactions: ([0-9]+)`)
+	pgbenchTPS       = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
+	pgbenchLatency   = regexp.MustCompile(`(?m)^latency average = ([0-9.]+) ms`)
+	pgbenchFailed    = regexp.MustCompile(`(?m)^number of failed transactions: ([0-9]+)`)
+	pgbenchProcessed = regexp.MustCompile(`(?m)^number of transactions actually processed: ([0-9]+)`)
 )
 
-// runPgbench measures the database's ceiling for one event's transactions
-// (bench/reserve_settle.sql) with clients connections, on emptied tables.
-func runPgbench(ctx context.Context, e *env, o options, clients int, log *slog.Logger) (pgbenchRun, error) {
+// runPgbench measures the database's ceiling with clients connections, on
+// emptied tables: for one event's transactions (bench/reserve_settle.sql)
+// when g is 0, for a group of g events' (bench/reserve_settle_grouped.sql)
+// otherwise. Afterwards it counts what the script wrote, so that a script
+// that stopped billing (a statement that matches nothing) shows up as a
+// problem rather than as a fast ceiling.
+func runPgbench(ctx context.Context, e *env, o options, clients, g int, log *slog.Logger) (pgbenchRun, error) {
 	if err := e.truncate(ctx); err != nil {
 		return pgbenchRun{}, err
 	}
-	script := filepath.Join(e.root, o.pgbenchSQL)
+	what, script := fmt.Sprintf("pgbench -c %d", clients), filepath.Join(e.root, o.pgbenchSQL)
 	args := []string{
 		"-n", // no vacuum of pgbench's own tables: there are none
 		"-M", "prepared",
-		"-f", script,
 		"-c", strconv.Itoa(clients),
 		"-j", strconv.Itoa(min(clients, 2)),
-		"-T", strconv.Itoa(int(o.pgbenchT.Seconds())),
+		"-T", strconv.Itoa(max(int(o.pgbenchT.Seconds()), 1)),
 		// The event ids are UUIDv7-shaped: this millisecond in the first 48
 		// bits, so they land in today's partition of processed_event like
 		// the service's.
 		"-D", "ms=" + strconv.FormatInt(time.Now().UnixMilli(), 10),
-		e.dsn,
 	}
+	if g > 0 {
+		what, script = fmt.Sprintf("%s -D g=%d", what, g), filepath.Join(e.root, o.groupedSQL)
+		args = append(args, "-D", "g="+strconv.Itoa(g))
+	}
+	args = append(args, "-f", script, e.dsn)
 	cmd := exec.CommandContext(ctx, e.pgbench, args...)
 	before := takeHostSnap()
 	out, err := cmd.CombinedOutput()
 	host := share(before, takeHostSnap())
 	if err != nil {
-		return pgbenchRun{}, fmt.Errorf("pgbench -c %d: %w\n%s", clients, err, out)
+		return pgbenchRun{}, fmt.Errorf("%s: %w\n%s", what, err, out)
 	}
 	p, err := parsePgbench(string(out))
 	if err != nil {
-		return p, fmt.Errorf("pgbench -c %d: %w\n%s", clients, err, out)
+		return p, fmt.Errorf("%s: %w\n%s", what, err, out)
 	}
-	p.clients, p.steal, p.busy = clients, host.steal, host.busy
-	_ = os.WriteFile(filepath.Join(e.outDir, "logs", fmt.Sprintf("pgbench-c%d-%d.log", clients, time.Now().UnixNano())), out, 0o644)
-	log.Info("pgbench", slog.Int("clients", clients), slog.Float64("tps", round1(p.tps)), slog.Float64("latency_ms", p.latency), slog.Int("failed", p.failed))
+	p.clients, p.grouped, p.group, p.steal, p.busy = clients, g > 0, max(g, 1), host.steal, host.busy
+	if p.problem, err = e.checkPgbenchRows(ctx, p); err != nil {
+		return p, fmt.Errorf("%s: %w", what, err)
+	}
+	name := fmt.Sprintf("pgbench-c%d-g%d-%d.log", clients, g, time.Now().UnixNano())
+	_ = os.WriteFile(filepath.Join(e.outDir, "logs", name), out, 0o644)
+	log.Info("pgbench", slog.Int("clients", clients), slog.Int("group", g), slog.Float64("tps", round1(p.tps)),
+		slog.Float64("events_per_s", round1(p.events())), slog.Float64("latency_ms", p.latency), slog.Int("failed", p.failed))
+	if p.problem != "" {
+		log.Warn("pgbench run suspect", slog.String("what", what), slog.String("problem", p.problem))
+	}
 	return p, nil
+}
+
+// checkPgbenchRows compares what a pgbench run wrote with what its
+// transactions should have: per transaction, group invoices charged and as
+// many dedup rows, all in a day partition. It returns "" when they agree.
+func (e *env) checkPgbenchRows(ctx context.Context, p pgbenchRun) (string, error) {
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		return "", fmt.Errorf("connect postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	var invoices, charged, dedup, outside int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM invoice), (SELECT count(*) FROM invoice WHERE status = 'charged'),
+		(SELECT count(*) FROM processed_event), (SELECT count(*) FROM processed_event_default)`).Scan(&invoices, &charged, &dedup, &outside); err != nil {
+		return "", fmt.Errorf("count pgbench rows: %w", err)
+	}
+	if want := p.processed * p.group; invoices != want || charged != want || dedup != want || outside != 0 {
+		return fmt.Sprintf("%d transactions of %d events wrote %d invoices (%d charged) and %d dedup rows (%d outside a day partition), want %d of each and none outside",
+			p.processed, p.group, invoices, charged, dedup, outside, want), nil
+	}
+	return "", nil
 }
 
 // parsePgbench reads tps, average latency and failures from pgbench's
@@ -211,6 +325,9 @@ func parsePgbench(out string) (pgbenchRun, error) {
 	}
 	if m := pgbenchFailed.FindStringSubmatch(out); m != nil {
 		p.failed, _ = strconv.Atoi(m[1])
+	}
+	if m := pgbenchProcessed.FindStringSubmatch(out); m != nil {
+		p.processed, _ = strconv.Atoi(m[1])
 	}
 	return p, nil
 }

@@ -16,22 +16,61 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/kafkabroker"
 )
 
-// cell is one configuration measured: gateway latency × in-flight.
+// cell is one configuration measured: gateway latency × in-flight, with the
+// service's default pool and new events, or one of two variants at 0 ms: an
+// all-duplicate stream (dup), or a pool wider than the default (conns).
 type cell struct {
 	latency  time.Duration
 	inFlight int
+	// dup: every event consumed was billed before by the same consumer
+	// group (seeded in the database), so every outcome is duplicate.
+	dup bool
+	// conns, when not 0, is the BILLING_DB_MAX_CONNS the service runs with
+	// instead of its default: the wide-pool cell, which has no ceiling of
+	// its own and is measured right after its default-pool twin.
+	conns int
 }
 
-func (c cell) String() string { return fmt.Sprintf("%s/%d", fmtLatency(c.latency), c.inFlight) }
+func (c cell) String() string {
+	switch {
+	case c.dup:
+		return fmt.Sprintf("%s/dup/%d", fmtLatency(c.latency), c.inFlight)
+	case c.conns > 0:
+		return fmt.Sprintf("%s/%d/%d conns", fmtLatency(c.latency), c.inFlight, c.conns)
+	}
+	return fmt.Sprintf("%s/%d", fmtLatency(c.latency), c.inFlight)
+}
+
+// pool is the service's BILLING_DB_MAX_CONNS in c.
+func (c cell) pool() int {
+	if c.conns > 0 {
+		return c.conns
+	}
+	return config.DefaultDBMaxConns(c.inFlight)
+}
+
+// plain is the cell of c's latency and in-flight with new events and the
+// default pool: the wide-pool cell's twin.
+func (c cell) plain() cell { return cell{latency: c.latency, inFlight: c.inFlight} }
+
+// clients is the database concurrency of the service in c: its pool, or
+// fewer when fewer events can be in flight. pgbench runs with as many
+// clients, so both press Postgres equally hard.
+func (c cell) clients() int { return min(c.inFlight, c.pool()) }
+
+// group is the G of c's grouped ceiling: the events in flight per database
+// client, the most the grouped service can put in one statement on average
+// when every connection is busy (at least 1).
+func (c cell) group() int { return max(1, c.inFlight/c.clients()) }
 
 func fmtLatency(d time.Duration) string {
 	if d == 0 {
@@ -53,14 +92,22 @@ type serviceRun struct {
 	problems  []string      // anything that makes the run suspect (wrong outcomes, bad exit)
 	// ceiling is the tps of the pgbench run of the same rep at this cell's
 	// client count, made just before its cells (0 ms first): the run's own
-	// ceiling.
-	ceiling float64
+	// ceiling. grouped is the events/s of the grouped script's run of the
+	// same rep, at that client count and the cell's group size.
+	ceiling, grouped float64
 
 	meanHandle  time.Duration // mean time an event is in flight, over the interval
 	meanGateway time.Duration // mean gateway call, over the interval
 	// meanBusy is the mean of billing_db_pool_acquired_connections over the
 	// interval's samples: how much of the pool was at work.
 	meanBusy float64
+	// pool is billing_db_pool_max_connections as the service reported it
+	// (0 if it did not): the pool it really ran with.
+	pool float64
+	// groupReserve and groupSettle are the mean events per group
+	// statement over the interval (billing_db_group_events); 0 when the
+	// binary does not export it or grouped nothing.
+	groupReserve, groupSettle float64
 }
 
 // scrapeInterval is how often /metrics is read (/proc only at the samples
@@ -81,12 +128,22 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		return r, err
 	}
 	t := time.Now()
-	if err := produce(ctx, e, topic, name, n); err != nil {
+	events, err := produce(ctx, e, topic, name, n, c.dup)
+	if err != nil {
 		return r, err
 	}
 	log.Debug("events produced", slog.Duration("took", time.Since(t)))
+	if c.dup {
+		t = time.Now()
+		if err := seedBilled(ctx, e, group, events); err != nil {
+			return r, err
+		}
+		log.Debug("events seeded as billed", slog.Duration("took", time.Since(t)))
+	}
 
-	stub := gatewaystub.New(gatewaystub.Options{Latency: c.latency, NoCallLog: true})
+	// An all-duplicate run must not call the gateway at all: its stub
+	// keeps the call log, which stays empty unless something is wrong.
+	stub := gatewaystub.New(gatewaystub.Options{Latency: c.latency, NoCallLog: !c.dup})
 	gwURL, err := stub.StartLean()
 	if err != nil {
 		return r, err
@@ -104,7 +161,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	}
 	defer logf.Close()
 	cmd := exec.Command(e.bin, "run")
-	cmd.Env = e.serviceEnv(map[string]string{
+	vars := map[string]string{
 		"BILLING_KAFKA_TOPIC":              topic,
 		"BILLING_KAFKA_GROUP_ID":           group,
 		"BILLING_KAFKA_RETRY_TOPIC_PREFIX": topic + ".retry",
@@ -113,7 +170,11 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		"BILLING_MAX_IN_FLIGHT":            strconv.Itoa(c.inFlight),
 		"BILLING_HTTP_ADDR":                addr,
 		"BILLING_LOG_LEVEL":                "info",
-	})
+	}
+	if c.conns > 0 {
+		vars["BILLING_DB_MAX_CONNS"] = strconv.Itoa(c.conns)
+	}
+	cmd.Env = e.serviceEnv(vars)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The child must not outlive a driver that is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -226,9 +287,19 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		return time.Duration(sum / count * float64(time.Second))
 	}
 	r.meanHandle, r.meanGateway = mean("billing_handle_duration_seconds"), mean("billing_payment_duration_seconds")
+	groupMean := func(op string) float64 {
+		sum := samples[b].series[groupSeries(op, "sum")] - samples[a].series[groupSeries(op, "sum")]
+		count := samples[b].series[groupSeries(op, "count")] - samples[a].series[groupSeries(op, "count")]
+		if count <= 0 {
+			return 0
+		}
+		return sum / count
+	}
+	r.groupReserve, r.groupSettle = groupMean("reserve"), groupMean("settle")
 	for _, sm := range samples[a : b+1] {
 		r.meanBusy += sm.series[busySeries] / float64(b-a+1)
 	}
+	r.pool = samples[b].series[poolSeries]
 	if r.rate == 0 {
 		r.problems = append(r.problems, "every event was final before the second scrape: too short to measure (raise -steady)")
 	}
@@ -267,15 +338,27 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		r.problems = append(r.problems, "billing did not exit within 40s of SIGTERM")
 	}
 
-	// Every event billed exactly once.
-	if outcomes["charged"] != float64(n) {
-		r.problems = append(r.problems, fmt.Sprintf("outcomes %v, want %d charged", outcomes, n))
+	// Every event billed exactly once: by this run, or (dup) by the seed
+	// only, this run calling the gateway for none and writing nothing.
+	want := "charged"
+	if c.dup {
+		want = string(order.OutcomeDuplicate)
 	}
-	if got := len(stub.Charges()); got != n {
-		r.problems = append(r.problems, fmt.Sprintf("gateway charges %d, want %d", got, n))
+	if outcomes[want] != float64(n) {
+		r.problems = append(r.problems, fmt.Sprintf("outcomes %v, want %d %s", outcomes, n, want))
 	}
-	if charged, err := countCharged(ctx, e); err != nil || charged != n {
-		r.problems = append(r.problems, fmt.Sprintf("charged invoices %d (%v), want %d", charged, err, n))
+	wantCharges := n
+	if c.dup {
+		wantCharges = 0
+		if got := len(stub.Calls()); got != 0 {
+			r.problems = append(r.problems, fmt.Sprintf("gateway calls %d, want none", got))
+		}
+	}
+	if got := len(stub.Charges()); got != wantCharges {
+		r.problems = append(r.problems, fmt.Sprintf("gateway charges %d, want %d", got, wantCharges))
+	}
+	if rows, err := countRows(ctx, e); err != nil || rows != (tableCounts{invoices: n, charged: n, dedup: n}) {
+		r.problems = append(r.problems, fmt.Sprintf("invoices %d, charged %d, dedup rows %d (%v), want %d of each", rows.invoices, rows.charged, rows.dedup, err, n))
 	}
 	for _, p := range r.problems {
 		log.Warn("run suspect", slog.String("problem", p))
@@ -285,8 +368,9 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	return r, nil
 }
 
-// produce writes n distinct valid events to topic, keyed by order id.
-func produce(ctx context.Context, e *env, topic, prefix string, n int) error {
+// produce writes n distinct valid events to topic, keyed by order id, and
+// returns them when keep is set.
+func produce(ctx context.Context, e *env, topic, prefix string, n int, keep bool) ([]order.OrderConfirmedEvent, error) {
 	w := &kafkago.Writer{
 		Addr:                   kafkago.TCP(e.brokers...),
 		Topic:                  topic,
@@ -300,6 +384,10 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int) error {
 	}
 	defer w.Close()
 	now := time.Now().UTC()
+	var kept []order.OrderConfirmedEvent
+	if keep {
+		kept = make([]order.OrderConfirmedEvent, 0, n)
+	}
 	const chunk = 5000
 	msgs := make([]kafkago.Message, 0, chunk)
 	for i := range n {
@@ -311,21 +399,24 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int) error {
 			ConfirmedAt: now,
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		b, err := order.Encode(evt)
 		if err != nil {
-			return err
+			return nil, err
+		}
+		if keep {
+			kept = append(kept, evt)
 		}
 		msgs = append(msgs, kafkago.Message{Key: []byte(evt.OrderID), Value: b})
 		if len(msgs) == chunk || i == n-1 {
 			if err := w.WriteMessages(ctx, msgs...); err != nil {
-				return fmt.Errorf("produce to %s: %w", topic, err)
+				return nil, fmt.Errorf("produce to %s: %w", topic, err)
 			}
 			msgs = msgs[:0]
 		}
 	}
-	return nil
+	return kept, nil
 }
 
 // meanSeries are the histogram sums and counts scraped beside the outcomes,
@@ -334,10 +425,22 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int) error {
 var meanSeries = []string{
 	"billing_handle_duration_seconds_sum", "billing_handle_duration_seconds_count",
 	"billing_payment_duration_seconds_sum", "billing_payment_duration_seconds_count",
-	busySeries,
+	busySeries, poolSeries,
+	groupSeries("reserve", "sum"), groupSeries("reserve", "count"),
+	groupSeries("settle", "sum"), groupSeries("settle", "count"),
 }
 
-const busySeries = "billing_db_pool_acquired_connections"
+// groupSeries is a series of billing_db_group_events, the histogram of
+// events per group statement of the grouped store (issue 18), by op
+// (reserve, settle). A binary without it leaves the means at 0.
+func groupSeries(op, part string) string {
+	return `billing_db_group_events_` + part + `{op="` + op + `"}`
+}
+
+const (
+	busySeries = "billing_db_pool_acquired_connections"
+	poolSeries = "billing_db_pool_max_connections"
+)
 
 // scrapeOutcomes reads billing_events_total by outcome from /metrics, and
 // the meanSeries into series.
@@ -386,17 +489,6 @@ func scrapeOutcomes(ctx context.Context, client *http.Client, url string, series
 		return nil, errors.New("no billing_events_total in /metrics")
 	}
 	return out, nil
-}
-
-func countCharged(ctx context.Context, e *env) (int, error) {
-	conn, err := pgx.Connect(ctx, e.dsn)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(ctx)
-	var n int
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM invoice WHERE status = 'charged'`).Scan(&n)
-	return n, err
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
