@@ -64,7 +64,9 @@ func (e *ChargeRefusedError) Unwrap() error { return e.Err }
 
 // TransientError is a failure of this event that may succeed later: a
 // gateway timeout, 5xx or 429, a 409 "in progress", a serialization failure
-// that outlived in-place retries. RetryAfter is a hint, zero when unknown.
+// that outlived in-place retries. RetryAfter is how long the failing party
+// asked to be left alone (a gateway's Retry-After), zero when unknown;
+// RetryPolicy.Decide does not retry sooner.
 type TransientError struct {
 	Op         string
 	Err        error
@@ -88,10 +90,13 @@ const (
 // OutageError says a dependency as a whole is unavailable (Postgres or Kafka
 // unreachable, the gateway failing nearly every call or refusing the
 // service's credentials). It is not a failure of the event: the consumer
-// pauses and tries the same event again later.
+// pauses and tries the same event again later. RetryAfter is how long the
+// dependency asked to be left alone (a gateway's Retry-After), zero when it
+// did not say.
 type OutageError struct {
 	Dependency Dependency
 	Err        error
+	RetryAfter time.Duration
 }
 
 func (e *OutageError) Error() string { return string(e.Dependency) + " unavailable: " + e.Err.Error() }
@@ -125,7 +130,8 @@ func (c Class) String() string {
 	return fmt.Sprintf("Class(%d)", int(c))
 }
 
-// Classify is the one place that maps an error to what happens to the event.
+// Classify is the one place that maps an error to its class;
+// RetryPolicy.Decide turns the class into what happens to the event, and when.
 // Adapters translate driver errors into the typed errors above; anything
 // untyped is permanent, so that it is looked at rather than retried forever.
 // An outage wins over the others, so a wrapped chain that reached an

@@ -1,9 +1,14 @@
 package postgres
 
-import "context"
+import (
+	"context"
 
-// TxAttempts exposes txAttempts to the external tests.
-const TxAttempts = txAttempts
+	"github.com/acme/billing/core/order"
+)
+
+// TxAttempts is how many times in all retry runs a transaction that meets
+// conflicts: the retry policy's in-place limit.
+var TxAttempts = order.NewRetryPolicy().InPlaceAttempts
 
 // Retry runs attempt under the in-place retry policy of Reserve and Settle
 // and translates the result as they do, so the external tests can drive it

@@ -18,14 +18,6 @@ import (
 )
 
 const (
-	// txAttempts is how many times Reserve and Settle run a transaction that
-	// the server rolled back for a serialization failure or deadlock, before
-	// giving up with a TransientError (the event then goes to a retry tier).
-	txAttempts = 3
-	// txBackoff is the base of the jittered pause between attempts: long
-	// enough for the conflicting transaction to finish, short next to an
-	// event's handling time.
-	txBackoff = 20 * time.Millisecond
 	// rollbackTimeout bounds a rollback made after ctx ended.
 	rollbackTimeout = 5 * time.Second
 )
@@ -300,8 +292,8 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq
 }
 
 // retry runs one transaction attempt, and again after a serialization
-// failure or deadlock (and the DEFAULT-partition race), up to txAttempts
-// times in all with a short jittered pause, as long as ctx lasts. The
+// failure or deadlock (and the DEFAULT-partition race), as the retry
+// policy's in-place schedule says, jittered, as long as ctx lasts. The
 // returned error is not translated.
 func (s *Store) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
 	for n := 1; ; n++ {
@@ -309,10 +301,11 @@ func (s *Store) retry(ctx context.Context, attempt func(ctx context.Context) err
 		if err == nil {
 			return nil
 		}
-		if !retryableInPlace(err) || n == txAttempts || ctx.Err() != nil {
+		base, again := order.NewRetryPolicy().InPlaceDelay(n)
+		if !retryableInPlace(err) || !again || ctx.Err() != nil {
 			return err
 		}
-		pause := time.Duration(float64(txBackoff<<(n-1)) * (0.5 + rand.Float64()))
+		pause := time.Duration(float64(base) * (0.5 + rand.Float64()))
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():

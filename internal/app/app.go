@@ -42,7 +42,7 @@ type Tuning struct {
 	CommitInterval time.Duration
 	ProbeInterval  time.Duration // health check of Postgres and Kafka while nothing is down; a tenth of it while paused
 	LagInterval    time.Duration
-	OutageBackoff  time.Duration // first wait after an outage; doubles up to 15s
+	OutageBackoff  time.Duration // first wait after an outage (0: the policy's); doubles up to the policy's maximum
 	// Tracer records the spans of each record (nil: none); its owner
 	// flushes it after Run returns.
 	Tracer trace.TracerProvider
@@ -53,6 +53,7 @@ type Tuning struct {
 type App struct {
 	cfg     config.Config
 	tune    Tuning
+	policy  order.RetryPolicy // the one retry policy, built from cfg by New
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	Metrics *metrics.Metrics
@@ -76,7 +77,7 @@ type App struct {
 // parse, Kafka security settings that cannot work, the HTTP address taken).
 // Call Close when Run is never called; Run closes the App itself.
 func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) (_ *App, err error) {
-	a := &App{cfg: cfg, tune: tune, log: log, reg: prometheus.NewRegistry()}
+	a := &App{cfg: cfg, tune: tune, policy: retryPolicy(cfg, tune), log: log, reg: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -159,6 +160,17 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 			a.Metrics.PendingOldest.Set(s.Oldest.Seconds())
 		}})
 	return a, nil
+}
+
+// retryPolicy is the process's one retry policy: the configured tier
+// delays (BILLING_RETRY_DELAYS) and the service's schedules, the first
+// outage wait shortened when tune says so.
+func retryPolicy(cfg config.Config, tune Tuning) order.RetryPolicy {
+	p := order.NewRetryPolicy(cfg.RetryDelaysDurations()...)
+	if tune.OutageBackoff > 0 {
+		p.Outage.Min = tune.OutageBackoff
+	}
+	return p
 }
 
 // onClose pushes f onto the cleanup stack.
@@ -351,7 +363,6 @@ const startAttemptTimeout = 30 * time.Second
 // Kafka's dial errors carry no type: every one that fatal lets through is
 // waited out.
 func (a *App) waitFor(ctx context.Context, dep order.Dependency, check func(context.Context) error, fatal func(error) error) error {
-	bo := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, startAttemptTimeout)
 		err := check(actx)
@@ -371,14 +382,13 @@ func (a *App) waitFor(ctx context.Context, dep order.Dependency, check func(cont
 		}
 		a.pause.Outage(dep, err)
 		a.log.Warn("waiting for "+string(dep), slog.Int("attempt", attempt), slog.String("error", err.Error()))
-		t := time.NewTimer(bo)
+		t := time.NewTimer(a.policy.Startup.Delay(attempt - 1))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		}
-		bo = min(2*bo, 10*time.Second)
 	}
 }
 
@@ -440,7 +450,7 @@ func (a *App) consume(ctx context.Context) error {
 func (a *App) newConsumers(ctx context.Context) ([]*kafka.Consumer, func(), error) {
 	cfg := a.cfg
 	writer, closeWriter := a.kc.NewWriter()
-	routes := kafka.Routes{Group: cfg.KafkaGroupID, RetryDelays: cfg.RetryDelaysDurations(), DLQTopic: cfg.KafkaDLQTopic}
+	routes := kafka.Routes{Group: cfg.KafkaGroupID, DLQTopic: cfg.KafkaDLQTopic, Policy: a.policy}
 	for i := range cfg.RetryDelays {
 		routes.RetryTopics = append(routes.RetryTopics, cfg.RetryTopic(i+1))
 	}
@@ -471,13 +481,11 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafka.Consumer, func(), erro
 		sources = append(sources, src)
 		consumers = append(consumers, kafka.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
 			kafka.Options{
-				Tier:             s.tier,
-				RetryDelay:       tierDelay(routes.RetryDelays, s.tier),
-				MaxInFlight:      cfg.MaxInFlight,
-				CommitInterval:   a.tune.CommitInterval,
-				DrainTimeout:     cfg.ShutdownTimeout,
-				RevokeTimeout:    a.tune.Reader.RebalanceTimeout / 2, // 0: the default, under the default rebalance timeout
-				OutageBackoffMin: a.tune.OutageBackoff,
+				Tier:           s.tier,
+				MaxInFlight:    cfg.MaxInFlight,
+				CommitInterval: a.tune.CommitInterval,
+				DrainTimeout:   cfg.ShutdownTimeout,
+				RevokeTimeout:  a.tune.Reader.RebalanceTimeout / 2, // 0: the default, under the default rebalance timeout
 			}))
 	}
 	return consumers, closeAll, nil
@@ -547,12 +555,4 @@ func (a *App) updateLag(ctx context.Context) {
 	if n, err := a.kc.Records(ctx, a.cfg.KafkaDLQTopic); err == nil {
 		a.Metrics.DLQRecords.WithLabelValues(a.cfg.KafkaDLQTopic).Set(float64(n))
 	}
-}
-
-// tierDelay is tier's delay (0 for the main topic).
-func tierDelay(delays []time.Duration, tier int) time.Duration {
-	if tier < 1 || len(delays) == 0 {
-		return 0
-	}
-	return delays[min(tier, len(delays))-1]
 }

@@ -24,12 +24,11 @@ type MessageHandler interface {
 // Options configures a Consumer.
 type Options struct {
 	// Tier is 0 for the main topic, N for retry tier N: a tier waits for each
-	// record's x-not-before and routes its failures to tier N+1.
+	// record's x-not-before, at most the tier's delay (RetryPolicy.TierDelay)
+	// counted from when it was fetched, so a forged or unreadable value
+	// cannot hold a slot and its partition's commits; its failures go where
+	// the policy says for tier N.
 	Tier int
-	// RetryDelay is the tier's delay (Tier > 0): the longest a record waits
-	// for its x-not-before, counted from when it was fetched, so a forged or
-	// unreadable value cannot hold a slot and its partition's commits.
-	RetryDelay time.Duration
 	// MaxInFlight bounds the events handled at once (1: sequential).
 	MaxInFlight int
 	// MaxInFlightBytes bounds the bytes of the records held between fetch
@@ -45,9 +44,6 @@ type Options struct {
 	// generation (default 5s). The group's rebalance waits for it, so it
 	// must stay well under the rebalance timeout.
 	RevokeTimeout time.Duration
-	// OutageBackoffMin and Max bound the wait between retries of an event
-	// that met an outage (default 500ms, 15s).
-	OutageBackoffMin, OutageBackoffMax time.Duration
 }
 
 // Consumer consumes one topic. See the package documentation.
@@ -59,6 +55,7 @@ type Consumer struct {
 	m       *metrics.Metrics
 	log     *slog.Logger
 	opts    Options
+	policy  order.RetryPolicy // the router's: one policy for deciding and routing
 	now     func() time.Time
 
 	inFlight atomic.Int64 // events fetched and not yet done with, for logs
@@ -87,7 +84,7 @@ func deliveryKey(d delivery) string { return orderingKey(d.msg) }
 type OrderConfirmedConsumer = Consumer
 
 // NewConsumer returns a consumer of src handling records with h and routing
-// failures through r.
+// failures through r, retrying as r's policy (Routes.Policy) says.
 func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metrics.Metrics, log *slog.Logger, o Options) *Consumer {
 	if o.MaxInFlight < 1 {
 		o.MaxInFlight = 1
@@ -104,14 +101,8 @@ func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metri
 	if o.RevokeTimeout <= 0 {
 		o.RevokeTimeout = 5 * time.Second
 	}
-	if o.OutageBackoffMin <= 0 {
-		o.OutageBackoffMin = 500 * time.Millisecond
-	}
-	if o.OutageBackoffMax <= 0 {
-		o.OutageBackoffMax = 15 * time.Second
-	}
 	return &Consumer{src: src, handler: h, router: r, pause: pause, m: m, log: log.With(slog.Int("tier", o.Tier)),
-		opts: o, now: time.Now, budget: newByteBudget(o.MaxInFlightBytes)}
+		opts: o, policy: r.routes.Policy, now: time.Now, budget: newByteBudget(o.MaxInFlightBytes)}
 }
 
 // Run consumes until ctx ends, then stops fetching, lets in-flight events
@@ -135,7 +126,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	d := newDispatcher(c.opts.MaxInFlight, deliveryKey, func(dl delivery) { c.process(workCtx, dl) })
 	defer d.close()
 
-	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
 	failures := 0
 	var runErr error
 	for ctx.Err() == nil {
@@ -149,7 +139,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				break
 			}
 			c.log.Error("join group failed, retrying", slog.String("error", err.Error()))
-			if bo.wait(ctx, failures) != nil {
+			if sleep(ctx, c.policy.Fetch.Delay(failures)) != nil {
 				break
 			}
 			failures++
@@ -253,7 +243,6 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Gene
 // ends. A record is fetched before a slot is taken, so that a partition
 // with nothing to read never holds a slot that another partition needs.
 func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partState, inGen *sync.WaitGroup, d *dispatcher[delivery]) {
-	bo := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
 	failures := 0
 	for {
 		if !c.pause.Wait(ctx) {
@@ -266,7 +255,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 			}
 			c.log.Error("fetch failed, retrying", slog.String("topic", ps.topic), slog.Int("partition", ps.partition),
 				slog.String("error", err.Error()))
-			if bo.wait(ctx, failures) != nil {
+			if sleep(ctx, c.policy.Fetch.Delay(failures)) != nil {
 				return
 			}
 			failures++
@@ -319,8 +308,7 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg, dl.fetched) {
 		return
 	}
-	start := c.now() // after the wait: handle latency is the work, not the delay
-	bo := backoff{min: c.opts.OutageBackoffMin, max: c.opts.OutageBackoffMax}
+	start := c.now()             // after the wait: handle latency is the work, not the delay
 	var heldFor order.Dependency // the outage this event last met; its retry is a probe of it
 	for attempt := 0; ; attempt++ {
 		outcome, err := c.handle(work, msg, log)
@@ -332,22 +320,22 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 			}
 			return
 		}
-		class := order.Classify(err)
+		d := c.policy.Decide(err, c.opts.Tier, attempt)
 		if work.Err() != nil {
-			class = order.ClassCanceled
+			d = order.Decision{Action: order.ActionLeave, Class: order.ClassCanceled}
 		}
-		switch class {
-		case order.ClassCanceled:
+		switch d.Action {
+		case order.ActionLeave:
 			log().Info("event interrupted by shutdown, left uncommitted")
 			return
-		case order.ClassOutage:
+		case order.ActionPause:
 			var oe *order.OutageError
 			heldFor = "dependency"
 			if errors.As(err, &oe) {
 				heldFor = oe.Dependency
 			}
 			c.pause.Outage(heldFor, err)
-			if c.pause.HoldOff(stop, heldFor, bo.delay(attempt)) != nil {
+			if c.pause.HoldOff(stop, heldFor, d.Delay) != nil {
 				log().Info("event interrupted by shutdown or a rebalance during an outage, left uncommitted")
 				return
 			}
@@ -357,7 +345,7 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 		if !errors.As(err, &ve) {
 			c.resumeHeld(heldFor) // the dependency answered, though not with success
 		}
-		outcome, rerr := c.router.Route(work, msg, c.opts.Tier, class, err)
+		outcome, rerr := c.router.Route(work, msg, c.opts.Tier, d, err)
 		if rerr != nil {
 			log().Info("event interrupted by shutdown while routing, left uncommitted", slog.String("error", rerr.Error()))
 			return
@@ -407,7 +395,7 @@ func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message, fetc
 	if !ok {
 		return true
 	}
-	until := fetched.Add(c.opts.RetryDelay)
+	until := fetched.Add(c.policy.TierDelay(c.opts.Tier))
 	if nb, err := time.Parse(time.RFC3339Nano, v); err != nil {
 		c.log.Warn("unreadable x-not-before, waiting the tier's delay", slog.Int("partition", msg.Partition),
 			slog.Int64("offset", msg.Offset), HeaderValueAttr("value", v))

@@ -62,6 +62,14 @@ func (f *failingWriter) WriteMessages(ctx context.Context, msgs ...kafkago.Messa
 	return f.w.WriteMessages(ctx, msgs...)
 }
 
+// fastPolicy is the service's policy with tierDelays, and outage waits short
+// enough for a test to see an event held and let go several times.
+func fastPolicy(tierDelays ...time.Duration) order.RetryPolicy {
+	p := order.NewRetryPolicy(tierDelays...)
+	p.Outage = order.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+	return p
+}
+
 type rig struct {
 	brokers []string
 	topic   string
@@ -74,7 +82,7 @@ func newRig(t *testing.T) *rig {
 	t.Helper()
 	c := kafkatest.NewFake(t)
 	r := &rig{brokers: c.Brokers(), topic: "main", group: "g", m: metrics.New(prometheus.NewRegistry(), false),
-		routes: Routes{Group: "g", RetryTopics: []string{"retry.1"}, RetryDelays: []time.Duration{100 * time.Millisecond}, DLQTopic: "dlq"}}
+		routes: Routes{Group: "g", RetryTopics: []string{"retry.1"}, DLQTopic: "dlq", Policy: fastPolicy(100 * time.Millisecond)}}
 	kafkatest.CreateTopics(t, r.brokers, 2, "main", "retry.1", "dlq")
 	return r
 }
@@ -87,9 +95,8 @@ func (r *rig) run(t *testing.T, tier int, topic, group string, h MessageHandler,
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pause := NewPause(r.m.ConsumerPaused, log)
 	c := NewConsumer(reader, h, NewRouter(w, r.routes, r.m, pause, log), pause, r.m, log,
-		Options{Tier: tier, RetryDelay: r.routes.RetryDelays[max(tier, 1)-1], MaxInFlight: 4,
-			CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second, RevokeTimeout: 500 * time.Millisecond,
-			OutageBackoffMin: 10 * time.Millisecond, OutageBackoffMax: 50 * time.Millisecond})
+		Options{Tier: tier, MaxInFlight: 4,
+			CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second, RevokeTimeout: 500 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

@@ -108,14 +108,13 @@ func (r *refusedRig) consume(t *testing.T) (stop func()) {
 	w, closeW := kc.NewWriter()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pause := NewPause(r.paused, log)
-	routes := Routes{Group: r.group, RetryTopics: []string{r.tier}, RetryDelays: []time.Duration{time.Second}, DLQTopic: r.dl}
+	routes := Routes{Group: r.group, RetryTopics: []string{r.tier}, DLQTopic: r.dl, Policy: fastPolicy(time.Second)}
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) {
 		return "", &order.ValidationError{Field: "value", Reason: "not JSON"}
 	}}
 	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, r.group, r.main))
 	c := NewConsumer(reader, h, NewRouter(w, routes, r.m, pause, log), pause, r.m, log,
-		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 5 * time.Second,
-			OutageBackoffMin: 10 * time.Millisecond, OutageBackoffMax: 50 * time.Millisecond})
+		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 5 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

@@ -146,7 +146,7 @@ func memberWith(t *testing.T, brokers []string, group, topic, name string, h Mes
 	t.Helper()
 	m := metrics.New(prometheus.NewRegistry(), false)
 	pause := NewPause(m.ConsumerPaused, log)
-	routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, RetryDelays: []time.Duration{time.Second}, DLQTopic: topic + ".dlq"}
+	routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, DLQTopic: topic + ".dlq", Policy: order.NewRetryPolicy(time.Second)}
 	cfg := kafkatest.FastReaderConfig(brokers, group, topic)
 	cfg.GroupBalancers = []kafkago.GroupBalancer{preferBalancer{name}}
 	src := newTestSource(t, cfg)

@@ -46,25 +46,27 @@ type Writer interface {
 	WriteMessages(ctx context.Context, msgs ...kafkago.Message) error
 }
 
-// Routes names where failed events go.
+// Routes names where failed events go, and the policy that says which
+// destination and when.
 type Routes struct {
-	Group       string          // written as x-consumer-group
-	RetryTopics []string        // tier N is RetryTopics[N-1]
-	RetryDelays []time.Duration // one per tier
+	Group       string   // written as x-consumer-group
+	RetryTopics []string // tier N is RetryTopics[N-1], one per Policy.TierDelays
 	DLQTopic    string
+	// Policy decides what happens to a failure (the consumers ask it) and
+	// spaces the retries of failed writes, fetches and outages.
+	Policy order.RetryPolicy
 }
 
 // Router copies failed records to the next retry tier or to the DLQ and
 // returns only once the write is acknowledged, retrying failed writes: the
 // caller commits the source offset only after that.
 type Router struct {
-	w       Writer
-	routes  Routes
-	now     func() time.Time
-	log     *slog.Logger
-	m       *metrics.Metrics
-	pause   *Pause
-	backoff backoff
+	w      Writer
+	routes Routes
+	now    func() time.Time
+	log    *slog.Logger
+	m      *metrics.Metrics
+	pause  *Pause
 }
 
 // NewRouter returns a Router writing through w. pause is told when writes
@@ -76,15 +78,16 @@ func NewRouter(w Writer, routes Routes, m *metrics.Metrics, pause *Pause, log *s
 			m.RoutedWrites.WithLabelValues(topic, result)
 		}
 	}
-	return &Router{w: w, routes: routes, now: time.Now, log: log, m: m, pause: pause,
-		backoff: backoff{min: 100 * time.Millisecond, max: 5 * time.Second}}
+	return &Router{w: w, routes: routes, now: time.Now, log: log, m: m, pause: pause}
 }
 
-// Route sends msg, which failed on tier (0 = the main topic) with err of
-// class, to its next destination and returns the outcome to count. It
-// returns an error only when ctx ended before a write was acknowledged.
-func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class order.Class, cause error) (order.Outcome, error) {
+// Route sends msg, which failed on tier (0 = the main topic) with cause, to
+// the destination d names (the policy's decision for cause: a retry tier, or
+// else the DLQ) and returns the outcome to count. It returns an error only
+// when ctx ended before a write was acknowledged.
+func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, d order.Decision, cause error) (order.Outcome, error) {
 	now := r.now().UTC()
+	class := d.Class
 	out := kafkago.Message{
 		Key:     msg.Key,
 		Value:   msg.Value,
@@ -92,24 +95,23 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 	}
 	outcome := order.OutcomeDeadLettered
 	attempt := tier
-	next := tier + 1
-	if class == order.ClassTransient && next <= len(r.routes.RetryTopics) {
+	if d.Action == order.ActionRetryTier {
 		outcome = order.OutcomeRetried
-		attempt = next
-		out.Topic = r.routes.RetryTopics[next-1]
+		attempt = d.Tier
+		out.Topic = r.routes.RetryTopics[d.Tier-1]
 		out.Headers = append(out.Headers, kafkago.Header{
-			Key: HeaderNotBefore, Value: []byte(now.Add(r.routes.RetryDelays[next-1]).Format(time.RFC3339Nano)),
+			Key: HeaderNotBefore, Value: []byte(now.Add(d.Delay).Format(time.RFC3339Nano)),
 		})
 	} else {
 		out.Topic = r.routes.DLQTopic
 	}
 	out.Headers = append(out.Headers, kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
 
-	d, err := r.deliver(ctx, out)
+	res, err := r.deliver(ctx, out)
 	if err != nil {
 		return "", err
 	}
-	if d == givenUp {
+	if res == givenUp {
 		return outcome, nil // deliver logged it
 	}
 	attrs := []slog.Attr{
@@ -117,7 +119,7 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, class
 		slog.String("topic", msg.Topic), slog.Int("partition", msg.Partition), slog.Int64("offset", msg.Offset),
 		slog.String("error", oneLine(cause.Error())),
 	}
-	if d == stubbed {
+	if res == stubbed {
 		attrs = append(attrs, slog.Int("value_omitted", len(out.Value)))
 	}
 	if tp, ok := TraceParent(msg); ok {
@@ -187,8 +189,9 @@ func (r *Router) alone(ctx context.Context, msgs ...kafkago.Message) error {
 
 // write retries a retriable failure until the write is acknowledged or ctx
 // ends, and returns at once an error the broker will repeat (refused).
-// Retried failures are counted as result "error"; a few in a row mean
-// Kafka is unreachable for writes, which pauses consumption.
+// Retried failures are counted as result "error" and spaced by the policy's
+// Write schedule; its WriteOutageAfter in a row mean Kafka is unreachable
+// for writes, which pauses consumption.
 func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(context.Context, ...kafkago.Message) error) error {
 	for attempt := 0; ; attempt++ {
 		err := write(ctx, msg)
@@ -209,10 +212,10 @@ func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(cont
 		r.m.RoutedWrites.WithLabelValues(msg.Topic, "error").Inc()
 		r.log.LogAttrs(ctx, slog.LevelError, "routed write failed, retrying",
 			slog.String("to", msg.Topic), slog.Int("attempt", attempt+1), slog.String("error", err.Error()))
-		if attempt >= 2 && r.pause != nil {
-			r.pause.Outage("kafka", err)
+		if attempt+1 >= r.routes.Policy.WriteOutageAfter && r.pause != nil {
+			r.pause.Outage(order.DependencyKafka, err)
 		}
-		if err := r.backoff.wait(ctx, attempt); err != nil {
+		if err := sleep(ctx, r.routes.Policy.Write.Delay(attempt)); err != nil {
 			return fmt.Errorf("write to %s: %w", msg.Topic, err)
 		}
 	}
@@ -353,20 +356,9 @@ func truncateUTF8(s string, n int) string {
 	return s
 }
 
-// backoff doubles from min to max. No jitter: the goroutines retrying in
-// one process are few, and the brokers and Postgres see one process each.
-type backoff struct{ min, max time.Duration }
-
-func (b backoff) delay(attempt int) time.Duration {
-	d := b.min
-	for i := 0; i < attempt && d < b.max; i++ {
-		d *= 2
-	}
-	return min(d, b.max)
-}
-
-func (b backoff) wait(ctx context.Context, attempt int) error {
-	t := time.NewTimer(b.delay(attempt))
+// sleep waits d, or less when ctx ends first, and then returns ctx's error.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

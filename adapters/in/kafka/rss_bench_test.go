@@ -52,7 +52,7 @@ func BenchmarkConsumerPeakRSS(b *testing.B) {
 		pause := NewPause(m.ConsumerPaused, log)
 		src := newTestSource(b, kafkatest.FastReaderConfig(brokers, group, topic))
 		h := decodingHandler{}
-		routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, RetryDelays: []time.Duration{time.Second}, DLQTopic: topic + ".dlq"}
+		routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, DLQTopic: topic + ".dlq", Policy: order.NewRetryPolicy(time.Second)}
 		cons := NewConsumer(src, h, NewRouter(kafkatest.NewWriter(b, brokers, ""), routes, m, pause, log), pause, m, log,
 			Options{MaxInFlight: 64, CommitInterval: 200 * time.Millisecond, DrainTimeout: 10 * time.Second})
 		ctx, cancel := context.WithCancel(context.Background())

@@ -70,7 +70,7 @@ func TestHandleDurationExcludesNotBefore(t *testing.T) {
 	r := newRig(t)
 	// A tier honours x-not-before only up to its own delay (CONTRACT §5):
 	// give it a delay longer than this record's wait, so the wait is real.
-	r.routes.RetryDelays = []time.Duration{5 * time.Second}
+	r.routes.Policy = fastPolicy(5 * time.Second)
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) { return order.OutcomeCharged, nil }}
 	notBefore := time.Now().Add(2 * time.Second)
 	w := kafkatest.NewWriter(t, r.brokers, "retry.1")

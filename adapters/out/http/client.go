@@ -64,6 +64,10 @@ type Client struct {
 	coolDown   time.Duration
 	noReplies  atomic.Int32 // calls in a row that got no reply
 	maxNoReply int32        // noReplies at which the gateway is an outage
+	// quietUntil is the latest time (Unix nanoseconds) until which an
+	// unwell gateway asked, by Retry-After, to be left alone: the outage
+	// the breaker reports carries what is left of it.
+	quietUntil atomic.Int64
 }
 
 // Option configures a Client.
@@ -245,7 +249,9 @@ type chargeReply struct {
 //   - ctx canceled by the caller: an error wrapping context.Canceled (the
 //     service is shutting down; the event is neither failed nor final).
 //   - The breaker open: *order.OutageError{Dependency: "gateway"} without
-//     calling the gateway.
+//     calling the gateway; its RetryAfter is what is left of the longest
+//     Retry-After of the 429 and 5xx replies (those that count against the
+//     gateway), so that held events do not probe it sooner.
 func (c *Client) Charge(ctx context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := c.chargeOnce(ctx, req)
@@ -284,6 +290,9 @@ func couldNotConnect(err error) bool {
 func (c *Client) chargeOnce(ctx context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
 	res, err := c.breaker.Execute(func() (order.ChargeResult, error) {
 		res, v, err := c.post(ctx, req)
+		if v == verdictUnhealthy {
+			c.noteQuiet(err)
+		}
 		streak := c.countNoReply(v)
 		if v == verdictNoReply && streak >= c.maxNoReply {
 			err = &order.OutageError{Dependency: order.DependencyGateway,
@@ -299,13 +308,35 @@ func (c *Client) chargeOnce(ctx context.Context, req order.ChargeRequest) (order
 	}
 	switch {
 	case errors.Is(err, gobreaker.ErrOpenState):
-		return order.ChargeResult{}, &order.OutageError{Dependency: order.DependencyGateway,
+		return order.ChargeResult{}, &order.OutageError{Dependency: order.DependencyGateway, RetryAfter: c.quietFor(),
 			Err: fmt.Errorf("%w (circuit breaker open; next probe within %v)", ErrCircuitOpen, c.coolDown)}
 	case errors.Is(err, gobreaker.ErrTooManyRequests):
-		return order.ChargeResult{}, &order.OutageError{Dependency: order.DependencyGateway,
+		return order.ChargeResult{}, &order.OutageError{Dependency: order.DependencyGateway, RetryAfter: c.quietFor(),
 			Err: fmt.Errorf("%w (circuit breaker half-open; a probe call is in flight)", ErrCircuitOpen)}
 	}
 	return res, err
+}
+
+// noteQuiet keeps the Retry-After of err, a reply that counted against the
+// gateway, when it asks for quiet beyond what earlier replies asked.
+func (c *Client) noteQuiet(err error) {
+	te, ok := errors.AsType[*order.TransientError](err)
+	if !ok || te.RetryAfter <= 0 {
+		return
+	}
+	until := time.Now().Add(te.RetryAfter).UnixNano()
+	for {
+		old := c.quietUntil.Load()
+		if old >= until || c.quietUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// quietFor is what is left of the quiet the gateway asked for; zero when
+// none is left.
+func (c *Client) quietFor() time.Duration {
+	return max(time.Until(time.Unix(0, c.quietUntil.Load())), 0)
 }
 
 // countNoReply keeps the streak of calls without a reply: a call with no
@@ -446,7 +477,8 @@ func (c *Client) reply(resp *http.Response, raw []byte) (order.ChargeResult, ver
 		// The service's own credentials, not this event: every event
 		// would get the same answer (CONTRACT.md §6).
 		return order.ChargeResult{}, verdictHealthy, &order.OutageError{Dependency: order.DependencyGateway,
-			Err: fmt.Errorf("%s: POST %s: %d %s: credentials refused%s", op, c.redacted, status, http.StatusText(status), detail(body))}
+			RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now()),
+			Err:        fmt.Errorf("%s: POST %s: %d %s: credentials refused%s", op, c.redacted, status, http.StatusText(status), detail(body))}
 
 	case status == http.StatusTooManyRequests || status >= 500:
 		return order.ChargeResult{}, verdictUnhealthy, c.transient(resp, "%d %s%s", status, http.StatusText(status), detail(body))

@@ -896,3 +896,66 @@ func TestConsecutiveNoReplyIsOutage(t *testing.T) {
 		}
 	})
 }
+
+// A gateway that trips the breaker with 503s asking for Retry-After keeps
+// asking while the breaker is open: the OutageError carries what is left of
+// the longest Retry-After, so the consumer holds its events at least that
+// long (order.RetryPolicy.Decide). Without a Retry-After it carries none.
+func TestBreakerOutageCarriesRetryAfter(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, header string
+		want         time.Duration // upper bound; zero: none
+	}{
+		{"with Retry-After", "30", 30 * time.Second},
+		{"without Retry-After", "", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			base := serve(t, func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				if tt.header != "" {
+					w.Header().Set("Retry-After", tt.header)
+				}
+				w.WriteHeader(http.StatusServiceUnavailable)
+			})
+			// A cool-down longer than the test: the breaker stays open.
+			c, _ := newClient(t, base, 5*time.Second, WithBreaker(BreakerSettings{MinRequests: 3, CoolDown: time.Hour}))
+			ctx := context.Background()
+			for i := range 3 {
+				_, err := c.Charge(ctx, chargeReq(t, "ord-1", "cus-1"))
+				te, ok := errors.AsType[*order.TransientError](err)
+				if !ok || te.RetryAfter != tt.want {
+					t.Fatalf("call %d: err = %v, want a TransientError with RetryAfter %v", i+1, err, tt.want)
+				}
+			}
+			_, err := c.Charge(ctx, chargeReq(t, "ord-1", "cus-1"))
+			oe, ok := errors.AsType[*order.OutageError](err)
+			if !ok || !errors.Is(err, ErrCircuitOpen) {
+				t.Fatalf("breaker open: err = %v, want an OutageError wrapping ErrCircuitOpen", err)
+			}
+			if tt.want == 0 && oe.RetryAfter != 0 {
+				t.Errorf("RetryAfter = %v, want 0: the gateway asked for none", oe.RetryAfter)
+			}
+			if tt.want > 0 && (oe.RetryAfter <= 0 || oe.RetryAfter > tt.want) {
+				t.Errorf("RetryAfter = %v, want what is left of %v", oe.RetryAfter, tt.want)
+			}
+		})
+	}
+}
+
+// 401 and 403 refuse the service itself: an outage, which carries the
+// gateway's Retry-After when it sends one.
+func TestCredentialsRefusedCarriesRetryAfter(t *testing.T) {
+	t.Parallel()
+	base := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Retry-After", "120")
+		w.WriteHeader(http.StatusForbidden)
+	})
+	c, _ := newClient(t, base, 5*time.Second)
+	_, err := c.Charge(context.Background(), chargeReq(t, "ord-1", "cus-1"))
+	if oe, ok := errors.AsType[*order.OutageError](err); !ok || oe.RetryAfter != 2*time.Minute {
+		t.Fatalf("403 with Retry-After 120: err = %#v, want an OutageError with RetryAfter 2m", err)
+	}
+}

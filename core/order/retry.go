@@ -1,0 +1,188 @@
+package order
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RetryPolicy answers what happens to a failure, and when: it is the one
+// place that holds the service's retry delays and limits. internal/app
+// builds it once from the configuration (NewRetryPolicy, then the
+// configured tier delays) and hands it to whatever retries: the consumers
+// (Decide, Fetch), the router (Write) and the store (InPlace).
+//
+// A party that asks for a pause (the gateway's Retry-After, carried by
+// TransientError and OutageError) is not asked again sooner, as far as the
+// tiers and the outage back-off can wait: see Decide.
+type RetryPolicy struct {
+	// TierDelays holds one delay per retry tier (BILLING_RETRY_DELAYS):
+	// retry tier n does not handle a record sooner than TierDelays[n-1]
+	// after it was routed there. After the last tier, the DLQ.
+	TierDelays []time.Duration
+	// Outage spaces the attempts of an event held by an outage (Postgres,
+	// Kafka or the gateway unavailable): the same event is tried again, as
+	// a probe, after Outage.Delay(attempt).
+	Outage Backoff
+	// InPlace spaces the runs of a transaction the server rolled back for a
+	// conflict (a serialization failure, a deadlock): it runs InPlaceAttempts
+	// times in all, and then fails the event as a TransientError. The store
+	// takes no policy and runs NewRetryPolicy's schedule.
+	InPlace         Backoff
+	InPlaceAttempts int
+	// Fetch spaces the attempts after a failed fetch or group join.
+	Fetch Backoff
+	// Write spaces the attempts of a routed write (to a tier or the DLQ)
+	// that failed; after WriteOutageAfter failures in a row Kafka is an
+	// outage and consumption pauses, while the write goes on being retried.
+	Write            Backoff
+	WriteOutageAfter int
+	// Startup spaces the attempts to reach a dependency when the process
+	// starts.
+	Startup Backoff
+}
+
+// NewRetryPolicy returns the service's policy with tierDelays as the retry
+// tiers. The schedules are not part of the public configuration: they are
+// short next to the tier delays, and long enough not to hammer a dependency
+// that is down.
+func NewRetryPolicy(tierDelays ...time.Duration) RetryPolicy {
+	return RetryPolicy{
+		TierDelays: tierDelays,
+		Outage:     Backoff{Min: 500 * time.Millisecond, Max: 15 * time.Second},
+		// Long enough for the conflicting transaction to finish, short next
+		// to an event's handling time; three runs never reach Max.
+		InPlace:          Backoff{Min: 20 * time.Millisecond, Max: 100 * time.Millisecond},
+		InPlaceAttempts:  3,
+		Fetch:            Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		Write:            Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		WriteOutageAfter: 3,
+		Startup:          Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second},
+	}
+}
+
+// Action is what happens to a failed event.
+type Action int
+
+const (
+	// ActionLeave: shutdown interrupted the event. It is routed nowhere and
+	// not committed; whoever owns its partition next handles it again.
+	ActionLeave Action = iota
+	// ActionPause: an outage. Consumption pauses and the same event is
+	// tried again after Decision.Delay; nothing is routed.
+	ActionPause
+	// ActionRetryTier: the record goes to retry tier Decision.Tier, not to
+	// be handled before Decision.Delay from now (x-not-before); then the
+	// source offset is committed.
+	ActionRetryTier
+	// ActionDeadLetter: the record goes to the DLQ; then the source offset
+	// is committed.
+	ActionDeadLetter
+)
+
+func (a Action) String() string {
+	switch a {
+	case ActionLeave:
+		return "leave"
+	case ActionPause:
+		return "pause"
+	case ActionRetryTier:
+		return "retry tier"
+	case ActionDeadLetter:
+		return "dead-letter"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Decision is the policy's answer for one failure.
+type Decision struct {
+	Action Action
+	Class  Class         // the failure's class (x-error-class)
+	Tier   int           // ActionRetryTier: the tier the record goes to
+	Delay  time.Duration // ActionPause: wait before the next attempt; ActionRetryTier: x-not-before from now
+}
+
+// Decide answers for err, met by an event read from tier (0: the main
+// topic) on its attempt-th try in place (0 for the first; only outages
+// retry in place). The class comes from Classify.
+//
+// Retry-After is honoured this way:
+//   - transient: the record goes to the first tier from the next one whose
+//     delay is at least the hint, or the last tier when none is that long.
+//     x-not-before is that tier's own delay, so each tier keeps one delay
+//     (in time order, FIFO) and its clamp of x-not-before (CONTRACT §5)
+//     never cuts the hint short; a hint beyond the last tier's delay is
+//     waited only that delay.
+//   - outage: the wait is at least the hint, up to Outage.Max, so a held
+//     event does not probe a gateway that asked for quiet, and a hostile or
+//     mistaken hint cannot stall consumption longer than Outage.Max.
+func (p RetryPolicy) Decide(err error, tier, attempt int) Decision {
+	class := Classify(err)
+	hint := retryAfter(err)
+	switch class {
+	case ClassCanceled:
+		return Decision{Action: ActionLeave, Class: class}
+	case ClassOutage:
+		return Decision{Action: ActionPause, Class: class, Delay: max(p.Outage.Delay(attempt), min(hint, p.Outage.Max))}
+	case ClassTransient:
+		if next := tier + 1; next <= len(p.TierDelays) {
+			for next < len(p.TierDelays) && p.TierDelays[next-1] < hint {
+				next++
+			}
+			return Decision{Action: ActionRetryTier, Class: class, Tier: next, Delay: p.TierDelays[next-1]}
+		}
+	}
+	return Decision{Action: ActionDeadLetter, Class: class}
+}
+
+// TierDelay is the delay of retry tier n, the longest a record of that tier
+// waits for its x-not-before; a tier beyond the configured ones (left by a
+// shortened BILLING_RETRY_DELAYS) has the last delay, the main topic (0)
+// none.
+func (p RetryPolicy) TierDelay(n int) time.Duration {
+	if n < 1 || len(p.TierDelays) == 0 {
+		return 0
+	}
+	return p.TierDelays[min(n, len(p.TierDelays))-1]
+}
+
+// InPlaceDelay answers for a transaction rolled back for a conflict on its
+// run-th run (1 for the first): whether to run it again, and after about how
+// long (the caller may jitter it). false: give up, the event fails.
+func (p RetryPolicy) InPlaceDelay(run int) (time.Duration, bool) {
+	if run >= p.InPlaceAttempts {
+		return 0, false
+	}
+	return p.InPlace.Delay(run - 1), true
+}
+
+// retryAfter is the longest pause that the failing party asked for in err's
+// chain (zero: none asked).
+func retryAfter(err error) time.Duration {
+	var (
+		d  time.Duration
+		te *TransientError
+		oe *OutageError
+	)
+	if errors.As(err, &te) {
+		d = te.RetryAfter
+	}
+	if errors.As(err, &oe) {
+		d = max(d, oe.RetryAfter)
+	}
+	return max(d, 0)
+}
+
+// Backoff is a schedule of waits that doubles from Min up to Max. It has no
+// jitter: the goroutines retrying in one process are few, and the brokers
+// and Postgres see one process each.
+type Backoff struct{ Min, Max time.Duration }
+
+// Delay is the wait after failure number attempt (0 for the first).
+func (b Backoff) Delay(attempt int) time.Duration {
+	d := b.Min
+	for i := 0; i < attempt && d < b.Max; i++ {
+		d *= 2
+	}
+	return min(d, b.Max)
+}
