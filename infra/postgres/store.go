@@ -38,6 +38,7 @@ const (
 // connections (config.DefaultDBMaxConns).
 type Store struct {
 	pool     *pgxpool.Pool
+	policy   order.RetryPolicy // its InPlace schedule: retry
 	reserves *grouper[reserveReq, order.Reservation]
 	settles  *grouper[settleReq, bool]
 }
@@ -48,9 +49,17 @@ var _ order.Ledger = (*Store)(nil)
 type StoreOption func(*storeOptions)
 
 type storeOptions struct {
+	policy   *order.RetryPolicy
 	groups   int
 	maxGroup int
 	observe  func(op string, events int)
+}
+
+// WithRetryPolicy makes the store run a transaction again after a
+// serialization failure or deadlock on p's in-place schedule
+// (order.NewRetryPolicy's by default).
+func WithRetryPolicy(p order.RetryPolicy) StoreOption {
+	return func(o *storeOptions) { o.policy = &p }
 }
 
 // WithGroups sets how many reserve groups, and as many settle groups, may
@@ -86,7 +95,10 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 	if o.groups <= 0 {
 		o.groups = defaultGroups(int(pool.Config().MaxConns))
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, policy: order.NewRetryPolicy()}
+	if o.policy != nil {
+		s.policy = *o.policy
+	}
 	observe := func(op string) func(int) {
 		if o.observe == nil {
 			return nil
@@ -301,7 +313,7 @@ func (s *Store) retry(ctx context.Context, attempt func(ctx context.Context) err
 		if err == nil {
 			return nil
 		}
-		base, again := order.NewRetryPolicy().InPlaceDelay(n)
+		base, again := s.policy.InPlaceDelay(n)
 		if !retryableInPlace(err) || !again || ctx.Err() != nil {
 			return err
 		}

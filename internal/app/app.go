@@ -110,7 +110,7 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 			Acquires: st.AcquireCount(), EmptyAcquires: st.EmptyAcquireCount(), EmptyAcquireWait: st.EmptyAcquireWaitTime(),
 		}
 	})
-	a.store = postgres.NewStore(pool, postgres.WithGroupObserver(func(op string, n int) {
+	a.store = postgres.NewStore(pool, postgres.WithRetryPolicy(a.policy), postgres.WithGroupObserver(func(op string, n int) {
 		a.Metrics.DBGroupEvents.WithLabelValues(op).Observe(float64(n))
 	}))
 	a.maint, err = postgres.NewDedupMaintainer(pool, postgres.DedupOptions{
