@@ -77,7 +77,9 @@ func TestReplayKeepsOrderInBoundedBatches(t *testing.T) {
 	if err != nil || n != len(in) {
 		t.Fatalf("Run = %d, %v; want %d", n, err, len(in))
 	}
-	out := kafkatest.ReadAll(t, c.Brokers(), "main", len(in), 15*time.Second)
+	// A generous bound: under -race on a busy 2-core machine, reading back
+	// megabyte records took longer than 15 s twice.
+	out := kafkatest.ReadAll(t, c.Brokers(), "main", len(in), time.Minute)
 	last := map[string]int{}
 	for _, m := range out {
 		seq, _ := strconv.Atoi(string(bytes.TrimRight(bytes.TrimRight(m.Value, "x"), "y")))
