@@ -356,7 +356,11 @@ func TestDashboardLoadsInGrafana(t *testing.T) {
 				t.Errorf("panel %q query %s: %v", p.Title, tg.RefID, err)
 			}
 			for _, n := range names {
-				used[strings.TrimSuffix(n, "_bucket")] = true
+				// A histogram is used through any of its series.
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					n = strings.TrimSuffix(n, suffix)
+				}
+				used[n] = true
 			}
 		}
 	}
