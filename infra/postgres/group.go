@@ -15,6 +15,10 @@ import (
 // into larger groups while every runner waits on Postgres, which is when
 // one statement and one commit for many events pays.
 //
+// Requests of different classes (reserves of different consumer groups,
+// which the group statement takes as one value) never share a group either:
+// a group is of the class of its oldest request.
+//
 // Two requests with the same key (an order, an event id) never share a
 // group: the group statements are set-based, and rows of one statement do
 // not see each other's writes the way statements run one after another do.
@@ -28,6 +32,9 @@ type grouper[Req, Res any] struct {
 	limit int // groups in flight at once
 	max   int // requests in one group
 	key   func(Req) []string
+	// class, when set, splits requests that may not share a statement at
+	// all; nil: every request is of one class.
+	class func(Req) string
 	run   func(ctx context.Context, reqs []Req) ([]Res, error)
 	// observe, when set, is told the size of each group sent.
 	observe func(n int)
@@ -87,8 +94,9 @@ func (g *grouper[Req, Res]) loop() {
 	}
 }
 
-// take removes the next group from the queue: the oldest requests whose
-// keys are all new to the group, up to max, skipping callers that left. It
+// take removes the next group from the queue: the oldest requests of the
+// oldest one's class whose keys are all new to the group, up to max,
+// skipping callers that left. It
 // returns nil, and gives its slot back, when the queue is empty.
 func (g *grouper[Req, Res]) take() []*waiter[Req, Res] {
 	g.mu.Lock()
@@ -96,13 +104,17 @@ func (g *grouper[Req, Res]) take() []*waiter[Req, Res] {
 	var (
 		batch []*waiter[Req, Res]
 		keys  map[string]struct{}
+		class string
 		rest  = g.queue[:0]
 	)
 	for _, w := range g.queue {
 		if w.ctx.Err() != nil {
 			continue // its caller has returned ctx's error already
 		}
-		if len(batch) == g.max || clashes(keys, g.key(w.req)) {
+		if len(batch) == 0 && g.class != nil {
+			class = g.class(w.req)
+		}
+		if len(batch) == g.max || (g.class != nil && g.class(w.req) != class) || clashes(keys, g.key(w.req)) {
 			rest = append(rest, w)
 			continue
 		}

@@ -95,8 +95,12 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 		limit: o.groups, max: o.maxGroup, run: s.reserveGroup, observe: observe("reserve"),
 		// The order and the event id: one of each per statement.
 		key: func(r reserveReq) []string {
-			return []string{"o:" + r.inv.OrderID, "e:" + r.inv.EventID.String(), "g:" + r.group}
+			return []string{"o:" + r.inv.OrderID, "e:" + r.inv.EventID.String()}
 		},
+		// The consumer group is one value of the statement ($6): a group
+		// holds the reserves of one consumer group, and all of them (a key
+		// would let it hold one).
+		class: func(r reserveReq) string { return r.group },
 	}
 	s.settles = &grouper[settleReq, bool]{
 		limit: o.groups, max: o.maxGroup, run: s.settleGroup, observe: observe("settle"),
