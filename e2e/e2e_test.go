@@ -151,6 +151,7 @@ type env struct {
 	gw      *gatewaystub.Stub
 	gwURL   string
 	kc      *kafkaclient.Cluster
+	extra   []string // more environment for the billing processes; a later value of a variable wins
 }
 
 func newEnv(t *testing.T) *env {
@@ -173,7 +174,7 @@ func newEnv(t *testing.T) *env {
 }
 
 func (e *env) environ() []string {
-	return append(os.Environ(),
+	return append(append(os.Environ(),
 		"BILLING_KAFKA_BROKERS="+strings.Join(e.brokers, ","),
 		"BILLING_DATABASE_URL="+e.dsn,
 		"BILLING_PAYMENT_BASE_URL="+e.gwURL,
@@ -182,7 +183,7 @@ func (e *env) environ() []string {
 		"BILLING_MAX_IN_FLIGHT=32",
 		"BILLING_SHUTDOWN_TIMEOUT=10s",
 		"BILLING_LOG_LEVEL=info",
-	)
+	), e.extra...)
 }
 
 // proc is one running billing process.

@@ -20,9 +20,16 @@ func (s *Store) Retry(ctx context.Context, attempt func(ctx context.Context) err
 // SQLAsyncCommit exposes sqlAsyncCommit to the external tests.
 const SQLAsyncCommit = sqlAsyncCommit
 
-// QueuedReserves is how many Reserve calls wait in the queue for a group.
-func (s *Store) QueuedReserves() int {
-	s.reserves.mu.Lock()
-	defer s.reserves.mu.Unlock()
-	return len(s.reserves.queue)
+// QueuedReserves and QueuedSettles count the requests waiting in the
+// store's groupers for a runner, so that a test can hold them there until a
+// group of the size it wants has formed.
+func (s *Store) QueuedReserves() int { return s.reserves.queued() }
+
+// QueuedSettles: see QueuedReserves.
+func (s *Store) QueuedSettles() int { return s.settles.queued() }
+
+func (g *grouper[Req, Res]) queued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.queue)
 }

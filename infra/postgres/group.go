@@ -26,6 +26,10 @@ type batchSender interface {
 // into larger groups while every runner waits on Postgres, which is when
 // one statement and one commit for many events pays.
 //
+// Requests of different classes (reserves of different consumer groups,
+// which the group statement takes as one value) never share a group either:
+// a group is of the class of its oldest request.
+//
 // Two requests with the same key (an order, an event id) never share a
 // group: the group statements are set-based, and rows of one statement do
 // not see each other's writes the way statements run one after another do.

@@ -12,13 +12,6 @@ import (
 	"github.com/acme/billing/internal/poll"
 )
 
-// queued is how many requests wait for a group.
-func (g *grouper[Req, Res]) queued() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.queue)
-}
-
 // A panic while a group is sent ends no process: every caller of the group
 // is told to send its request alone, in its own goroutine, even the caller
 // of a group of one.

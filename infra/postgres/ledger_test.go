@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 
@@ -31,12 +32,18 @@ type ledgerStep struct {
 	settled                bool // Settle
 }
 
-// TestLedgerContract is order.Ledger's contract against Postgres, the one
-// path production runs (the grouped Reserve, Settle, here one event per group): CONTRACT.md §4 as
-// the ledger sees it. core/order's TestBillRules reads the same rules over
-// an in-memory ledger.
-func TestLedgerContract(t *testing.T) {
-	t.Parallel()
+// ledgerScenario is a row of the Ledger contract table: steps run in order
+// on a database of their own (TestLedgerContract), or beside the other
+// scenarios' steps in groups (TestLedgerContractInGroups).
+type ledgerScenario struct {
+	name  string
+	steps []ledgerStep
+}
+
+// ledgerContract is order.Ledger's contract against Postgres: CONTRACT.md
+// §4 as the ledger sees it. core/order's TestBillRules reads the same rules
+// over an in-memory ledger.
+func ledgerContract() []ledgerScenario {
 	reserve := func(event, orderID string, amount int64) ledgerStep {
 		return ledgerStep{event: event, order: orderID, amount: amount}
 	}
@@ -49,10 +56,7 @@ func TestLedgerContract(t *testing.T) {
 	}
 	inGroup := func(s ledgerStep, g string) ledgerStep { s.group = g; return s }
 	const P, C, R = order.StatusPending, order.StatusCharged, order.StatusRejected
-	tests := []struct {
-		name  string
-		steps []ledgerStep
-	}{
+	return []ledgerScenario{
 		{"first time", []ledgerStep{
 			expect(reserve("E1", "A", 100), true, true, false, "E1", P)}},
 		{"duplicate", []ledgerStep{
@@ -110,49 +114,83 @@ func TestLedgerContract(t *testing.T) {
 			settle("E1", "A", R, false),
 			expect(reserve("E1", "A", 100), false, true, false, "E1", order.StatusDeclined)}},
 	}
-	for _, tt := range tests {
+}
+
+// ledgerRun runs one scenario's steps on a store: event names become fresh
+// ids, order ids get prefix (so that scenarios can share a database).
+type ledgerRun struct {
+	prefix string
+	ids    map[string]uuid.UUID
+	names  map[uuid.UUID]string
+}
+
+// newLedgerRun makes the ids of every event the scenario names, up front,
+// so that its steps may run on other goroutines.
+func newLedgerRun(t *testing.T, prefix string, sc ledgerScenario) *ledgerRun {
+	t.Helper()
+	r := &ledgerRun{prefix: prefix, ids: map[string]uuid.UUID{}, names: map[uuid.UUID]string{}}
+	for _, s := range sc.steps {
+		if _, ok := r.ids[s.event]; !ok {
+			r.ids[s.event] = newEventID(t)
+			r.names[r.ids[s.event]] = s.event
+		}
+	}
+	return r
+}
+
+// step runs step i (from 0) and reports, with t.Errorf, where it differs
+// from its expectation; false when it could not run (an error).
+func (r *ledgerRun) step(ctx context.Context, t *testing.T, store *postgres.Store, i int, s ledgerStep) bool {
+	orderID := r.prefix + s.order
+	if s.settle != "" {
+		ok, err := store.Settle(ctx, orderID, r.ids[s.event], s.settle, "ch-"+s.event)
+		if err != nil || ok != s.settled {
+			t.Errorf("step %d: Settle(%s, key %s, %s) = %v, %v, want %v", i+1, orderID, s.event, s.settle, ok, err, s.settled)
+			return err == nil
+		}
+		return true
+	}
+	g := group
+	if s.group != "" {
+		g = s.group
+	}
+	inv := pendingInvoice(orderID, r.ids[s.event])
+	inv.Amount = s.amount
+	res, err := store.Reserve(ctx, inv, g)
+	if err != nil {
+		t.Errorf("step %d: Reserve(%s of %s) error = %v", i+1, s.event, orderID, err)
+		return false
+	}
+	if res.FirstSeen != s.first || res.Found != s.found || res.Reopened != s.reopened ||
+		r.names[res.Invoice.EventID] != s.key || res.Invoice.Status != s.status {
+		t.Errorf("step %d: Reserve(%s of %s) = first %v found %v reopened %v, %s under %s; want %v %v %v, %s under %s",
+			i+1, s.event, orderID, res.FirstSeen, res.Found, res.Reopened, res.Invoice.Status, r.names[res.Invoice.EventID],
+			s.first, s.found, s.reopened, s.status, s.key)
+	}
+	if res.Found && res.Invoice.EventID == inv.EventID && (res.Invoice.Amount != s.amount || res.Invoice.CustomerID != inv.CustomerID) {
+		t.Errorf("step %d: invoice %+v, want the amount and customer of %s", i+1, res.Invoice, s.event)
+	}
+	if res.Found && (res.Invoice.OrderID != orderID || res.Invoice.CreatedAt.IsZero()) {
+		t.Errorf("step %d: invoice %+v, want order %s's with its created_at", i+1, res.Invoice, orderID)
+	}
+	return true
+}
+
+// TestLedgerContract runs each scenario of ledgerContract on a store of
+// its own, one step after the other: the one path production runs (the
+// grouped Reserve and Settle), each call alone.
+func TestLedgerContract(t *testing.T) {
+	t.Parallel()
+	for _, tt := range ledgerContract() {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t)
 			pool, _ := pgtest.NewDB(t)
 			store := postgres.NewStore(pool)
-			ids, names := map[string]uuid.UUID{}, map[uuid.UUID]string{}
-			id := func(name string) uuid.UUID {
-				if _, ok := ids[name]; !ok {
-					ids[name] = newEventID(t)
-					names[ids[name]] = name
-				}
-				return ids[name]
-			}
+			r := newLedgerRun(t, "", tt)
 			for i, s := range tt.steps {
-				if s.settle != "" {
-					ok, err := store.Settle(ctx, s.order, id(s.event), s.settle, "ch-"+s.event)
-					if err != nil || ok != s.settled {
-						t.Fatalf("step %d: Settle(%s, key %s, %s) = %v, %v, want %v", i+1, s.order, s.event, s.settle, ok, err, s.settled)
-					}
-					continue
-				}
-				g := group
-				if s.group != "" {
-					g = s.group
-				}
-				inv := pendingInvoice(s.order, id(s.event))
-				inv.Amount = s.amount
-				r, err := store.Reserve(ctx, inv, g)
-				if err != nil {
-					t.Fatalf("step %d: Reserve(%s of %s) error = %v", i+1, s.event, s.order, err)
-				}
-				if r.FirstSeen != s.first || r.Found != s.found || r.Reopened != s.reopened ||
-					names[r.Invoice.EventID] != s.key || r.Invoice.Status != s.status {
-					t.Errorf("step %d: Reserve(%s of %s) = first %v found %v reopened %v, %s under %s; want %v %v %v, %s under %s",
-						i+1, s.event, s.order, r.FirstSeen, r.Found, r.Reopened, r.Invoice.Status, names[r.Invoice.EventID],
-						s.first, s.found, s.reopened, s.status, s.key)
-				}
-				if r.Found && r.Invoice.EventID == inv.EventID && (r.Invoice.Amount != s.amount || r.Invoice.CustomerID != inv.CustomerID) {
-					t.Errorf("step %d: invoice %+v, want the amount and customer of %s", i+1, r.Invoice, s.event)
-				}
-				if r.Found && (r.Invoice.OrderID != s.order || r.Invoice.CreatedAt.IsZero()) {
-					t.Errorf("step %d: invoice %+v, want order %s's with its created_at", i+1, r.Invoice, s.order)
+				if !r.step(ctx, t, store, i, s) {
+					t.FailNow()
 				}
 			}
 		})

@@ -266,7 +266,10 @@ func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, statu
 // (CONTRACT.md §5), and the settle is made again. A lost settle therefore
 // costs one gateway replay and some time, never a second charge; a flushed
 // settle would make every event wait on the disk a second time. The test of
-// this crash is TestLostSettleIsRedoneFromTheGatewayReplay.
+// this crash is TestLostSettleIsRedoneFromTheGatewayReplay (the row put
+// back as the lost settle leaves it), and TestSettlesSurviveAPostgresCrash
+// (a real immediate shutdown of a durable server right after a group of
+// settles was acknowledged).
 func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq) ([]bool, error) {
 	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].orderID })
 	var (

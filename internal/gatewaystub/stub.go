@@ -127,6 +127,8 @@ type Stub struct {
 	mu       sync.Mutex
 	latency  time.Duration
 	fault    func(Call, int) Fault
+	hold     chan struct{} // non-nil while Hold holds requests: closed by its release
+	held     int           // requests waiting on a hold
 	keys     map[string]*keyState
 	requests map[string]int // requests seen per key, for Fault
 	calls    []Call
@@ -231,6 +233,38 @@ func (s *Stub) SetFault(f func(c Call, n int) Fault) {
 	s.fault = f
 }
 
+// Hold makes every valid request that arrives from now on wait, before the
+// stub executes it, until release is called (or the stub closes): a gateway
+// that has the charge request and has not answered it. A held request is
+// then executed as usual, even if its client has left meanwhile (a real
+// gateway does not know the client died), so a test can kill the service
+// while its charges are held and find them executed when it comes back.
+// release may be called more than once; Held counts the waiting requests.
+func (s *Stub) Hold() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.hold = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.hold == ch {
+				s.hold = nil
+			}
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// Held returns how many requests are waiting on Hold's release.
+func (s *Stub) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
+}
+
 // Calls returns every call answered so far, in the order they finished
 // (none with Options.NoCallLog).
 func (s *Stub) Calls() []Call {
@@ -323,8 +357,25 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Stub) charge(ctx context.Context, call Call, body Body) (reply, bool) {
 	s.mu.Lock()
 	s.requests[call.Key]++
-	n, faultFn, latency := s.requests[call.Key], s.fault, s.latency
+	n, faultFn, latency, hold := s.requests[call.Key], s.fault, s.latency, s.hold
+	if hold != nil {
+		s.held++
+	}
 	s.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold: // the client may have left: the request runs anyway (Hold)
+		case <-s.done:
+		}
+		s.mu.Lock()
+		s.held--
+		s.mu.Unlock()
+		select {
+		case <-s.done:
+			return reply{}, false
+		default:
+		}
+	}
 	var fault Fault
 	if faultFn != nil {
 		fault = faultFn(call, n)

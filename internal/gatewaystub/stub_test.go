@@ -542,3 +542,75 @@ func TestNoCallLog(t *testing.T) {
 		t.Errorf("charges %+v, want the one charge of ord-1", ch)
 	}
 }
+
+func TestHold(t *testing.T) { forBothServers(t, testHold) }
+
+// testHold: held requests get no answer and charge nothing until release;
+// then each runs, the one whose client left meanwhile included, and a
+// request after the release is not held.
+func testHold(t *testing.T, start startFunc) {
+	s, base := start(t, Options{})
+	c := newHTTPClient(t)
+	release := s.Hold()
+
+	gone, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 2)
+	go func() {
+		_, err := post(gone, c, base, "k-gone", body("ord-gone", "cus-h"), nil)
+		errc <- err
+	}()
+	replies := make(chan response, 1)
+	go func() {
+		r, err := post(context.Background(), c, base, "k-stay", body("ord-stay", "cus-h"), nil)
+		replies <- r
+		errc <- err
+	}()
+	poll.Until(t, "two requests held", 5*time.Second, func() bool { return s.Held() == 2 })
+	if n := len(s.Charges()) + len(s.Calls()); n != 0 {
+		t.Fatalf("charges and calls while held = %d, want 0", n)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the client that left: err = %v, want context.Canceled", err)
+	}
+	release()
+	release() // twice is fine
+	if r := <-replies; r.status != http.StatusCreated {
+		t.Errorf("held request after release = %d, want 201", r.status)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, "both held requests to charge", 5*time.Second, func() bool { return len(s.Charges()) == 2 })
+	if s.Held() != 0 {
+		t.Errorf("Held() after release = %d, want 0", s.Held())
+	}
+	if r := mustPost(t, c, base, "k-after", body("ord-after", "cus-h"), nil); r.status != http.StatusCreated {
+		t.Errorf("request after release = %d, want 201 at once", r.status)
+	}
+}
+
+// TestCloseEndsHold: closing the stub ends a hold's wait without charging.
+func TestCloseEndsHold(t *testing.T) {
+	t.Parallel()
+	s := New(Options{})
+	base, err := s.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Hold()
+	c := newHTTPClient(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := post(context.Background(), c, base, "k-c", body("ord-c", "cus-c"), nil)
+		errc <- err
+	}()
+	poll.Until(t, "the request held", 5*time.Second, func() bool { return s.Held() == 1 })
+	s.Close()
+	if err := <-errc; err == nil {
+		t.Error("held request to a closed stub got a reply, want an error")
+	}
+	if n := len(s.Charges()); n != 0 {
+		t.Errorf("charges = %d, want 0", n)
+	}
+}

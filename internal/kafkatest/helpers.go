@@ -427,3 +427,56 @@ func poll(ctx context.Context, cond func() bool) bool {
 		}
 	}
 }
+
+// EvictMembers removes every member of every consumer group on the brokers,
+// as the group coordinator does when a member's session times out. A test
+// that SIGKILLs a consumer calls it before starting the next one, so that
+// the next one's join does not wait out the dead members' session timeout
+// (30 s in the service) for its group to rebalance. The dead process
+// committed what it committed and nothing more: what the next consumer
+// resumes from is the same either way. Only for brokers whose consumers are
+// all gone: a live member evicted this way has to join again.
+func EvictMembers(t testing.TB, brokers []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	client, done := newClient(brokers)
+	defer done()
+	groups, err := client.ListGroups(ctx, &kafka.ListGroupsRequest{})
+	if err == nil {
+		err = groups.Error
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: list groups: %v", err)
+	}
+	for _, g := range groups.Groups {
+		desc, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{g.GroupID}})
+		if err != nil {
+			t.Fatalf("kafkatest: describe group %s: %v", g.GroupID, err)
+		}
+		var members []kafka.LeaveGroupRequestMember
+		for _, dg := range desc.Groups {
+			if dg.Error != nil {
+				t.Fatalf("kafkatest: describe group %s: %v", g.GroupID, dg.Error)
+			}
+			for _, m := range dg.Members {
+				members = append(members, kafka.LeaveGroupRequestMember{ID: m.MemberID})
+			}
+		}
+		if len(members) == 0 {
+			continue
+		}
+		res, err := client.LeaveGroup(ctx, &kafka.LeaveGroupRequest{GroupID: g.GroupID, Members: members})
+		if err == nil {
+			err = res.Error
+		}
+		if err != nil {
+			t.Fatalf("kafkatest: evict the members of group %s: %v", g.GroupID, err)
+		}
+		for _, m := range res.Members {
+			if m.Error != nil && !errors.Is(m.Error, kafka.UnknownMemberId) {
+				t.Fatalf("kafkatest: evict member %s of group %s: %v", m.ID, g.GroupID, m.Error)
+			}
+		}
+	}
+}

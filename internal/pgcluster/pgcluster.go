@@ -201,6 +201,33 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return nil
 }
 
+// Crash shuts the cluster down as `pg_ctl stop -m immediate` does
+// (SIGQUIT: no checkpoint, no flush of the WAL still in shared memory; the
+// next start runs crash recovery) and waits for the postmaster to exit: a
+// Postgres crash for tests of what a crash loses. Like Stop, it leaves the
+// data directory, and Start brings the cluster back.
+func (c *Cluster) Crash(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.proc
+	if p == nil {
+		return nil
+	}
+	c.proc = nil
+	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("pgcluster: crash: %w", err)
+	}
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("pgcluster: crash: immediate shutdown did not finish: %w", ctx.Err())
+	}
+	c.log.Info("postgres crashed on purpose", slog.String("dir", c.dir), slog.Int("port", c.Port()))
+	return nil
+}
+
 // DSN returns a URL connecting as the superuser to database dbname over TCP.
 func (c *Cluster) DSN(dbname string) string {
 	u := url.URL{

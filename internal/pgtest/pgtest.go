@@ -145,13 +145,20 @@ func NewEmptyDB(t testing.TB) (*pgxpool.Pool, string) {
 // removed when t ends. It needs no Main and ignores EnvDatabaseURL.
 func NewCluster(t testing.TB) *pgcluster.Cluster {
 	t.Helper()
+	return NewClusterWith(t, pgcluster.Options{})
+}
+
+// NewClusterWith is NewCluster with opts, e.g. a durable cluster (Fsync)
+// for a test of what a Postgres crash loses.
+func NewClusterWith(t testing.TB, opts pgcluster.Options) *pgcluster.Cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	dir, err := tempDir()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	c, err := pgcluster.Start(ctx, filepath.Join(dir, "data"), pgcluster.Options{})
+	c, err := pgcluster.Start(ctx, filepath.Join(dir, "data"), opts)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		t.Fatalf("pgtest: %v", err)
@@ -173,7 +180,13 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 // c.DSN("postgres").
 func NewMigratedCluster(t testing.TB) (*pgcluster.Cluster, *pgxpool.Pool) {
 	t.Helper()
-	c := NewCluster(t)
+	return NewMigratedClusterWith(t, pgcluster.Options{})
+}
+
+// NewMigratedClusterWith is NewMigratedCluster on NewClusterWith(t, opts).
+func NewMigratedClusterWith(t testing.TB, opts pgcluster.Options) (*pgcluster.Cluster, *pgxpool.Pool) {
+	t.Helper()
+	c := NewClusterWith(t, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	pool, err := postgres.NewPool(ctx, c.DSN("postgres"), 4)
