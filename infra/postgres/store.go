@@ -170,6 +170,7 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
 		b := &pgx.Batch{}
+		b.Queue(sqlReservePrelude)
 		b.Queue(sqlReserveGroup, orders, events, customers, amounts, currencies, reqs[0].group).Query(func(rows pgx.Rows) error {
 			var (
 				orderID             string
@@ -288,7 +289,7 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
 		b := &pgx.Batch{}
-		b.Queue(sqlAsyncCommit)
+		b.Queue(sqlSettlePrelude)
 		b.Queue(sqlSettleGroup, orders, keys, statuses, charges).Query(func(rows pgx.Rows) error {
 			var orderID string
 			_, err := pgx.ForEachRow(rows, []any{&orderID}, func() error {
