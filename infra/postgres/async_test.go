@@ -9,13 +9,11 @@ import (
 	"github.com/acme/billing/internal/pgtest"
 )
 
-// TestPreludesAreLocalToTheirPipeline checks what the grouped statements
-// rely on: a prelude queued first in a pgx batch sets plan_cache_mode (and,
-// for a settle, synchronous_commit) for the statements of that batch's
-// implicit transaction, and for nothing the connection runs afterwards (a
-// reserve must still wait for its flush; the completer's and maintenance's
-// statements keep the server's planning).
-func TestPreludesAreLocalToTheirPipeline(t *testing.T) {
+// TestAsyncCommitIsLocalToItsPipeline checks what settleGroup relies on:
+// sqlAsyncCommit, queued first in a pgx batch, turns synchronous_commit off
+// for the statements of that batch's implicit transaction, and for nothing
+// the connection runs afterwards (a reserve must still wait for its flush).
+func TestAsyncCommitIsLocalToItsPipeline(t *testing.T) {
 	t.Parallel()
 	ctx := pgtest.Context(t)
 	pool, _ := pgtest.NewDB(t)
@@ -29,25 +27,17 @@ func TestPreludesAreLocalToTheirPipeline(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET synchronous_commit = on`); err != nil {
 		t.Fatal(err)
 	}
-	const settings = `SELECT current_setting('plan_cache_mode') || ' ' || current_setting('synchronous_commit')`
-	for _, tc := range []struct {
-		name, prelude, inside string
-	}{
-		{"reserve", postgres.SQLReservePrelude, "force_generic_plan on"},
-		{"settle", postgres.SQLSettlePrelude, "force_generic_plan off"},
-	} {
-		var inside, after string
-		b := &pgx.Batch{}
-		b.Queue(tc.prelude)
-		b.Queue(settings).QueryRow(func(row pgx.Row) error { return row.Scan(&inside) })
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
-			t.Fatalf("%s batch: %v", tc.name, err)
-		}
-		if err := conn.QueryRow(ctx, settings).Scan(&after); err != nil {
-			t.Fatal(err)
-		}
-		if inside != tc.inside || after != "auto on" {
-			t.Errorf("%s: plan_cache_mode and synchronous_commit inside the pipeline %q, after it %q; want %q, then \"auto on\"", tc.name, inside, after, tc.inside)
-		}
+	var inside, after string
+	b := &pgx.Batch{}
+	b.Queue(postgres.SQLAsyncCommit)
+	b.Queue(`SELECT current_setting('synchronous_commit')`).QueryRow(func(row pgx.Row) error { return row.Scan(&inside) })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if inside != "off" || after != "on" {
+		t.Errorf("synchronous_commit inside the pipeline = %q, after it = %q; want off, then on", inside, after)
 	}
 }

@@ -79,22 +79,10 @@ const (
 		WHERE invoice.order_id = u.order_id AND invoice.event_id = u.event_id AND invoice.status = 'pending'
 		RETURNING invoice.order_id`
 
-	// sqlReservePrelude, first in a reserve pipeline, has that pipeline's
-	// implicit transaction plan its statements generically. Left to itself
-	// Postgres keeps planning sqlReserveGroup afresh for every execution
-	// (the custom plan for one array looks cheaper than the generic one,
-	// which assumes a few rows), and planning that statement costs the
-	// server more than running it: the grouped pgbench ceiling of `make
-	// bench` shows the difference. The generic plan (index lookups per
-	// row) suits any group size. Setting it per transaction keeps it out of
-	// the session (and works through PgBouncer, which refuses unknown
-	// startup parameters).
-	sqlReservePrelude = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
-
-	// sqlSettlePrelude, first in a settle pipeline, plans it generically
-	// too, and commits it without waiting for its WAL flush (settleGroup
-	// says why that is safe for a settle, and only for a settle).
-	sqlSettlePrelude = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('synchronous_commit', 'off', true)`
+	// sqlAsyncCommit, first in a pipeline, commits that pipeline's implicit
+	// transaction without waiting for its WAL flush (settleGroup says why
+	// that is safe for a settle, and only for a settle).
+	sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 )
 
 func scanInvoice(row pgx.Row) (order.Invoice, error) {

@@ -170,7 +170,6 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
 		b := &pgx.Batch{}
-		b.Queue(sqlReservePrelude)
 		b.Queue(sqlReserveGroup, orders, events, customers, amounts, currencies, reqs[0].group).Query(func(rows pgx.Rows) error {
 			var (
 				orderID             string
@@ -289,7 +288,7 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
 		b := &pgx.Batch{}
-		b.Queue(sqlSettlePrelude)
+		b.Queue(sqlAsyncCommit)
 		b.Queue(sqlSettleGroup, orders, keys, statuses, charges).Query(func(rows pgx.Rows) error {
 			var orderID string
 			_, err := pgx.ForEachRow(rows, []any{&orderID}, func() error {
