@@ -20,10 +20,10 @@ func partitionRaceError(eventID uuid.UUID, err error) error {
 const invoiceColumns = `order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), created_at`
 
 // The statements of billing's transactions: Store's grouped Reserve and
-// Settle, one row per event of the group. bench/reserve_settle_grouped.sql
-// repeats them for the grouped pgbench ceiling of `make bench`;
-// bench/reserve_settle.sql keeps the earlier shape, one reserve and one
-// settle transaction per event, as the yardstick.
+// Settle, one row per event of the group, and their forms for a group of
+// one. bench/reserve_settle_grouped.sql repeats the grouped ones for the
+// grouped pgbench ceiling of `make bench`; bench/reserve_settle.sql, the
+// yardstick, one reserve and one settle transaction per event, the others.
 const (
 	// sqlReserveGroup is the writing half of the reserve transaction
 	// (CONTRACT.md §4) for a group of events with distinct orders and event
@@ -66,6 +66,27 @@ const (
 	SELECT i.order_id, EXISTS (SELECT FROM dedup d WHERE d.event_id = i.event_id),
 		EXISTS (SELECT FROM reopened r WHERE r.order_id = i.order_id) FROM input i`
 
+	// sqlReserveOne is sqlReserveGroup for a group of one event ($1…$5 its
+	// values, $6 the consumer group), written for one row.
+	sqlReserveOne = `WITH dedup AS (
+		INSERT INTO processed_event (event_id, consumer_group) VALUES ($2, $6)
+		ON CONFLICT (event_id, consumer_group) DO NOTHING
+		RETURNING event_id
+	), opened AS (
+		INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status)
+		SELECT $1::text, $2::uuid, $3::text, $4::bigint, $5::text, 'pending' FROM dedup
+		ON CONFLICT DO NOTHING
+		RETURNING order_id
+	), reopened AS (
+		UPDATE invoice SET event_id = $2, customer_id = $3, amount = $4, currency = $5, status = 'pending',
+			charge_id = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now()
+		WHERE order_id = $1 AND status = 'rejected'
+			AND (event_id = $2 OR EXISTS (SELECT FROM dedup))
+			AND NOT EXISTS (SELECT FROM invoice other WHERE other.event_id = $2 AND other.order_id <> $1)
+		RETURNING order_id
+	)
+	SELECT EXISTS (SELECT FROM dedup), EXISTS (SELECT FROM reopened)`
+
 	// sqlInvoicesForUpdate reads the group's invoices after sqlReserveGroup,
 	// in the same transaction, locking them in order_id order.
 	sqlInvoicesForUpdate = `SELECT ` + invoiceColumns + ` FROM invoice WHERE order_id = ANY ($1::text[]) ORDER BY order_id FOR UPDATE`
@@ -78,6 +99,11 @@ const (
 		FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[]) AS u(order_id, event_id, status, charge_id)
 		WHERE invoice.order_id = u.order_id AND invoice.event_id = u.event_id AND invoice.status = 'pending'
 		RETURNING invoice.order_id`
+
+	// sqlSettleOne is sqlSettleGroup for one order, its parameters in the
+	// same order ($1 order, $2 key, $3 status, $4 charge id).
+	sqlSettleOne = `UPDATE invoice SET status = $3, charge_id = NULLIF($4, ''), updated_at = now()
+		WHERE order_id = $1 AND event_id = $2 AND status = 'pending'`
 
 	// sqlAsyncCommit, first in a pipeline, commits that pipeline's implicit
 	// transaction without waiting for its WAL flush (settleGroup says why
