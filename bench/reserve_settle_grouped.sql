@@ -9,8 +9,10 @@
 -- transaction committed at its Sync): the set-based dedup insert, invoice
 -- insert and reopen, then one read FOR UPDATE of the group's invoices in
 -- order_id order; then the settles of the group as one pipeline, committed
--- with synchronous_commit off for that transaction only. The gateway call
--- between them is not modelled. The statements are the service's, with the
+-- with synchronous_commit off for that transaction only. Each pipeline
+-- starts with the service's prelude (infra/postgres/repo.go), which also has
+-- its statements planned once and by their indexes. The gateway call between
+-- them is not modelled. The statements are the service's, with the
 -- group built server-side by generate_series where the service unnests its
 -- array parameters; run with -M prepared, as pgx caches its statements.
 --
@@ -22,6 +24,8 @@
 -- processed_event, as the service's events do.
 \set base random(1, 9223372036854775806 - 100000)
 \startpipeline
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+    set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true);
 WITH input AS (
     SELECT 'pgb-' || :client_id::text || '-' || (:base::bigint + g)::text AS order_id,
         (lpad(to_hex(:ms::bigint), 12, '0') || substr(md5(:client_id::text || '-' || (:base::bigint + g)::text), 13))::uuid AS event_id,
@@ -52,7 +56,9 @@ SELECT order_id, event_id, customer_id, amount, currency, status, coalesce(charg
         FROM generate_series(1, :g::int) AS g)) ORDER BY order_id FOR UPDATE;
 \endpipeline
 \startpipeline
-SELECT set_config('synchronous_commit', 'off', true);
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+    set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+    set_config('synchronous_commit', 'off', true);
 UPDATE invoice SET status = u.status, charge_id = NULLIF(u.charge_id, ''), updated_at = now()
     FROM (SELECT 'pgb-' || :client_id::text || '-' || (:base::bigint + g)::text AS order_id,
             (lpad(to_hex(:ms::bigint), 12, '0') || substr(md5(:client_id::text || '-' || (:base::bigint + g)::text), 13))::uuid AS event_id,

@@ -17,8 +17,11 @@ func (s *Store) Retry(ctx context.Context, attempt func(ctx context.Context) err
 	return translate(ctx, s.retry(ctx, attempt))
 }
 
-// SQLAsyncCommit exposes sqlAsyncCommit to the external tests.
-const SQLAsyncCommit = sqlAsyncCommit
+// The preludes of the grouped pipelines, for the external tests.
+const (
+	SQLReservePrelude = sqlReservePrelude
+	SQLSettlePrelude  = sqlSettlePrelude
+)
 
 // QueuedReserves and QueuedSettles count the requests waiting in the
 // store's groupers for a runner, so that a test can hold them there until a

@@ -180,6 +180,7 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 			b.Queue(sqlReserveOne, orders[0], events[0], customers[0], amounts[0], currencies[0], reqs[0].group).
 				QueryRow(func(row pgx.Row) error { return row.Scan(&out[0].FirstSeen, &out[0].Reopened) })
 		} else {
+			b.Queue(sqlReservePrelude)
 			b.Queue(sqlReserveGroup, orders, events, customers, amounts, currencies, reqs[0].group).Query(func(rows pgx.Rows) error {
 				var (
 					orderID             string
@@ -299,7 +300,7 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
 		b := &pgx.Batch{}
-		b.Queue(sqlAsyncCommit)
+		b.Queue(sqlSettlePrelude)
 		if len(reqs) == 1 {
 			// As in reserveGroup: one row, the per-event statement.
 			b.Queue(sqlSettleOne, orders[0], keys[0], statuses[0], charges[0]).
