@@ -185,20 +185,14 @@ func (c *Cluster) Start(ctx context.Context) error {
 // If ctx ends first, it escalates to an immediate shutdown and then a kill.
 // Stop is idempotent and leaves the data directory in place.
 func (c *Cluster) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.proc
-	if p == nil {
+	return c.halt(ctx, "postgres stopped", func(ctx context.Context, p *process) error {
+		ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+		defer cancel()
+		if err := stopProcess(ctx, p); err != nil {
+			return fmt.Errorf("pgcluster: stop: %w", err)
+		}
 		return nil
-	}
-	c.proc = nil
-	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
-	defer cancel()
-	if err := stopProcess(ctx, p); err != nil {
-		return fmt.Errorf("pgcluster: stop: %w", err)
-	}
-	c.log.Info("postgres stopped", slog.String("dir", c.dir), slog.Int("port", c.Port()))
-	return nil
+	})
 }
 
 // Crash shuts the cluster down as `pg_ctl stop -m immediate` does
@@ -207,6 +201,24 @@ func (c *Cluster) Stop(ctx context.Context) error {
 // Postgres crash for tests of what a crash loses. Like Stop, it leaves the
 // data directory, and Start brings the cluster back.
 func (c *Cluster) Crash(ctx context.Context) error {
+	return c.halt(ctx, "postgres crashed on purpose", func(ctx context.Context, p *process) error {
+		if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return fmt.Errorf("pgcluster: crash: %w", err)
+		}
+		select {
+		case <-p.exited:
+			return nil
+		case <-ctx.Done():
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+			return fmt.Errorf("pgcluster: crash: immediate shutdown did not finish: %w", ctx.Err())
+		}
+	})
+}
+
+// halt ends the running postmaster, if any, with end, under c.mu so that
+// no Start runs meanwhile, and logs done once it has.
+func (c *Cluster) halt(ctx context.Context, done string, end func(context.Context, *process) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.proc
@@ -214,17 +226,10 @@ func (c *Cluster) Crash(ctx context.Context) error {
 		return nil
 	}
 	c.proc = nil
-	if err := p.cmd.Process.Signal(syscall.SIGQUIT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("pgcluster: crash: %w", err)
+	if err := end(ctx, p); err != nil {
+		return err
 	}
-	select {
-	case <-p.exited:
-	case <-ctx.Done():
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		return fmt.Errorf("pgcluster: crash: immediate shutdown did not finish: %w", ctx.Err())
-	}
-	c.log.Info("postgres crashed on purpose", slog.String("dir", c.dir), slog.Int("port", c.Port()))
+	c.log.Info(done, slog.String("dir", c.dir), slog.Int("port", c.Port()))
 	return nil
 }
 
