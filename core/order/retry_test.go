@@ -112,10 +112,11 @@ func TestRetryPolicyTierDelay(t *testing.T) {
 func TestBackoff(t *testing.T) {
 	t.Parallel()
 	b := Backoff{Min: 100 * time.Millisecond, Max: time.Second}
-	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	ms := time.Millisecond
+	want := []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, time.Second, time.Second}
 	for i, w := range want {
-		if got := b.Delay(i); got != w*time.Millisecond {
-			t.Errorf("Delay(%d) = %v, want %v", i, got, w*time.Millisecond)
+		if got := b.Delay(i); got != w {
+			t.Errorf("Delay(%d) = %v, want %v", i, got, w)
 		}
 	}
 }

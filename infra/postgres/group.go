@@ -199,8 +199,8 @@ func clashes(keys map[string]struct{}, ks []string) bool {
 func (g *grouper[Req, Res]) send(conn *pgxpool.Conn, batch []*waiter[Req, Res]) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
 	defer cancel()
-	var waiting atomic.Int32
-	waiting.Store(int32(len(batch)))
+	var waiting atomic.Int64
+	waiting.Store(int64(len(batch)))
 	reqs := make([]Req, len(batch))
 	ctxs := make([]context.Context, len(batch))
 	for i, w := range batch {
