@@ -279,25 +279,8 @@ func (b *Bouncer) launch(bin string, cred *syscall.Credential) error {
 // server, pgbouncer exits, or ctx ends.
 func (b *Bouncer) waitReady(ctx context.Context) error {
 	dsn := b.dsnFor(b.upstrDSN)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		select {
-		case <-b.exited:
-			return fmt.Errorf("pgbouncer exited (%v) before accepting connections: %s", b.waitErr, b.logTail())
-		default:
-		}
-		if lastErr = ping(ctx, dsn); lastErr == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pgbouncer not ready: %w (last: %w): %s", ctx.Err(), lastErr, b.logTail())
-		case <-b.exited:
-		case <-tick.C:
-		}
-	}
+	return pgcluster.PollReady(ctx, "pgbouncer", b.exited, func() error { return b.waitErr }, b.logTail,
+		func(ctx context.Context) error { return ping(ctx, dsn) })
 }
 
 func ping(ctx context.Context, dsn string) error {

@@ -497,22 +497,32 @@ func (c *Cluster) socketDir() string {
 // exits, or ctx ends.
 func (c *Cluster) waitReady(ctx context.Context, p *process, port int) error {
 	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=postgres sslmode=disable connect_timeout=2", port, superuser)
+	return PollReady(ctx, "postgres", p.exited, func() error { return p.waitErr }, c.logTail,
+		func(ctx context.Context) error { return c.isOurs(ctx, dsn) })
+}
+
+// PollReady calls check every 20 ms until it succeeds, or the child whose
+// exit closes exited has exited (exitErr then says how), or ctx ends; the
+// errors name the child (what) and end with tail(), its log's last lines.
+// The wait of a started server child (Postgres, PgBouncer) for its first
+// answer.
+func PollReady(ctx context.Context, what string, exited <-chan struct{}, exitErr func() error, tail func() string, check func(context.Context) error) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	var lastErr error
 	for {
 		select {
-		case <-p.exited:
-			return fmt.Errorf("postgres exited (%v) before accepting connections:\n%s", p.waitErr, c.logTail())
+		case <-exited:
+			return fmt.Errorf("%s exited (%v) before accepting connections:\n%s", what, exitErr(), tail())
 		default:
 		}
-		if lastErr = c.isOurs(ctx, dsn); lastErr == nil {
+		if lastErr = check(ctx); lastErr == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("postgres not ready: %w (last: %w)\n%s", ctx.Err(), lastErr, c.logTail())
-		case <-p.exited:
+			return fmt.Errorf("%s not ready: %w (last: %w)\n%s", what, ctx.Err(), lastErr, tail())
+		case <-exited:
 		case <-tick.C:
 		}
 	}
