@@ -26,8 +26,8 @@ type RetryPolicy struct {
 	Outage Backoff
 	// InPlace spaces the runs of a transaction the server rolled back for a
 	// conflict (a serialization failure, a deadlock): it runs InPlaceAttempts
-	// times in all, and then fails the event as a TransientError. The store
-	// takes no policy and runs NewRetryPolicy's schedule.
+	// times in all, and then fails the event as a TransientError (the
+	// store's in-place retry, postgres.WithRetryPolicy).
 	InPlace         Backoff
 	InPlaceAttempts int
 	// Fetch spaces the attempts after a failed fetch or group join.
