@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -38,7 +37,7 @@ func TestRouteHonoursRetryAfter(t *testing.T) {
 	w := &captureWriter{}
 	routes := Routes{Group: "g", RetryTopics: []string{"t.1", "t.2", "t.3"}, DLQTopic: "dlq",
 		Policy: order.NewRetryPolicy(5*time.Second, time.Minute, 10*time.Minute)}
-	r := NewRouter(w, routes, metrics.New(prometheus.NewRegistry(), false), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := NewRouter(w, routes, metrics.New(prometheus.NewRegistry(), false), nil, slog.New(slog.DiscardHandler))
 	cause := &order.TransientError{Op: "charge", Err: errors.New("429 Too Many Requests"), RetryAfter: 2 * time.Minute}
 	before := time.Now()
 	outcome, err := r.Route(context.Background(), kafkago.Message{Topic: "main", Key: []byte("k"), Value: []byte("v")},
