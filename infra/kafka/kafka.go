@@ -390,7 +390,14 @@ func (c *Cluster) Partitions(ctx context.Context, topics ...string) (map[string]
 
 // Lag returns, per partition of topic, how many records lie between the
 // group's committed offset and the high-water mark. A partition the group
-// never committed counts from the log start.
+// never committed counts from the log start. Where that span is short
+// (markerSpan offsets or fewer), the records in it are counted one by one
+// as a read_committed consumer receives them: a transaction's marker, and
+// the records of an aborted transaction, take offsets that no consumer is
+// given, so a group that has billed everything there is to bill commits
+// before them and would otherwise stay one or more behind for good (and
+// BillingNotConsuming fire). A longer span is reported as it is: markers
+// are then a small error on a lag that means something anyway.
 func (c *Cluster) Lag(ctx context.Context, group, topic string) (map[int]int64, error) {
 	cl, done := c.Client()
 	defer done()
@@ -434,17 +441,81 @@ func (c *Cluster) Lag(ctx context.Context, group, topic string) (map[int]int64, 
 		if p.Error != nil {
 			continue
 		}
-		c, ok := committed[p.Partition]
-		if !ok || c < 0 {
-			c = p.FirstOffset
+		from, ok := committed[p.Partition]
+		if !ok || from < 0 {
+			from = p.FirstOffset
 		}
-		lag := p.LastOffset - c
-		if lag < 0 {
-			lag = 0
+		lag := max(p.LastOffset-from, 0)
+		if lag > 0 && lag <= markerSpan {
+			if n, err := c.records(ctx, topic, p.Partition, from, p.LastOffset); err == nil {
+				lag = n
+			}
 		}
 		out[p.Partition] = lag
 	}
 	return out, nil
+}
+
+// markerSpan is the longest span of offsets whose records Lag counts one
+// by one: one fetch, a few times a minute, and only for a partition whose
+// group is nearly caught up.
+const markerSpan = 64
+
+// records counts the records of partition in [from, to) that a
+// read_committed consumer receives. Offsets past the last stable offset (an
+// open transaction) count as records: they may still be committed. Errors
+// leave the caller with the plain difference of offsets.
+func (c *Cluster) records(ctx context.Context, topic string, partition int, from, to int64) (int64, error) {
+	conn, err := c.DialLeader(ctx, topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if _, err := conn.Seek(from, kafkago.SeekAbsolute); err != nil {
+		return 0, err
+	}
+	var n int64
+	for pos := from; ; {
+		if err := conn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			return 0, err
+		}
+		b := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: 1 << 20,
+			MaxWait: 100 * time.Millisecond, IsolationLevel: kafkago.ReadCommitted})
+		for {
+			m, err := b.ReadMessage()
+			if err != nil || m.Offset >= to {
+				break
+			}
+			n++
+		}
+		err := b.Close()
+		if err != nil && !errors.Is(err, kafkago.RequestTimedOut) {
+			return 0, err
+		}
+		next := b.Offset()
+		if next >= to || next <= pos {
+			// Done, or nothing more to read: the rest lies past the last
+			// stable offset.
+			return n + max(to-next, 0), nil
+		}
+		pos = next
+	}
+}
+
+// DialLeader connects to the leader of topic's partition through the first
+// broker that answers, within 10 s.
+func (c *Cluster) DialLeader(ctx context.Context, topic string, partition int) (*kafkago.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var errs []error
+	for _, b := range c.brokers {
+		conn, err := c.Dialer().DialLeader(dctx, "tcp", b, topic, partition)
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("dial leader of %s partition %d: %w", topic, partition, errors.Join(errs...))
 }
 
 func names(specs []TopicSpec) []string {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
@@ -199,6 +200,7 @@ func TestTransactionsRealBroker(t *testing.T) {
 	})
 
 	t.Run("replay", func(t *testing.T) { replayCopiesCommittedOnly(t, kc, brokers) })
+	t.Run("lag", func(t *testing.T) { lagCountsRecordsNotMarkers(t, kc, brokers) })
 }
 
 // newRealHarness is newHarnessOn against the given real broker: its own
@@ -233,6 +235,59 @@ func TestTransactionsKfake(t *testing.T) {
 	}
 	t.Run("reader", func(t *testing.T) { readerSkipsAbortedAndMarkers(t, kc, brokers) })
 	t.Run("replay", func(t *testing.T) { replayCopiesCommittedOnly(t, kc, brokers) })
+	t.Run("lag", func(t *testing.T) { lagCountsRecordsNotMarkers(t, kc, brokers) })
+}
+
+// lagCountsRecordsNotMarkers: billing_consumer_lag (Cluster.Lag) counts the
+// records a group has yet to receive, not offsets: a group that committed
+// after the last record of a transaction is not one behind for the
+// transaction's marker, nor behind an aborted transaction's records, which
+// no consumer is given; a record still to come counts.
+func lagCountsRecordsNotMarkers(t *testing.T, kc *kafkaclient.Cluster, brokers []string) {
+	for _, tc := range []struct {
+		name      string
+		steps     []txnStep
+		committed int64 // the group's offset: the one after the last record it was given
+		want      int64
+	}{
+		// p1 0, a1 1, a2 2, marker 3.
+		{"a commit marker last", []txnStep{plain(rec("k", "p1")), committed(rec("k", "a1"), rec("k", "a2"))}, 3, 0},
+		// p1 0, b1 1, b2 2, marker 3.
+		{"an aborted transaction last", []txnStep{plain(rec("k", "p1")), aborted(rec("k", "b1"), rec("k", "b2"))}, 1, 0},
+		// p1 0, a1 1, marker 2, p2 3: p2 is still to come.
+		{"a record after a marker", []txnStep{plain(rec("k", "p1")), committed(rec("k", "a1")), plain(rec("k", "p2"))}, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topic, group := kafkatest.UniqueName(t, "txn.lag"), kafkatest.UniqueName(t, "g")
+			kafkatest.CreateTopics(t, brokers, 1, topic)
+			produceSteps(t, brokers, topic, tc.steps...)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cl, done := kc.Client()
+			defer done()
+			// A new broker answers "not coordinator" until it has loaded
+			// the offsets topic.
+			var last error
+			poll.Until(t, "the group's offset committed", 20*time.Second, func() bool {
+				res, err := cl.OffsetCommit(ctx, &kafkago.OffsetCommitRequest{GroupID: group, GenerationID: -1,
+					Topics: map[string][]kafkago.OffsetCommit{topic: {{Partition: 0, Offset: tc.committed}}}})
+				if err == nil {
+					for _, p := range res.Topics[topic] {
+						err = errors.Join(err, p.Error)
+					}
+				}
+				last = err
+				return err == nil
+			})
+			if last != nil {
+				t.Fatalf("commit: %v", last)
+			}
+			lag, err := kc.Lag(ctx, group, topic)
+			if err != nil || lag[0] != tc.want {
+				t.Errorf("Lag = %v, %v; want partition 0 at %d", lag, err, tc.want)
+			}
+		})
+	}
 }
 
 // readerSkipsAbortedAndMarkers: the reader billing builds sees the committed

@@ -121,7 +121,7 @@ func newPartitionReader(kc *kafkaclient.Cluster, topic string, partition int) *k
 // would wait for a record that never comes.
 func replayPartition(ctx context.Context, kc *kafkaclient.Cluster, w *kafkaclient.Writer, dlq, topic string,
 	p kafkago.PartitionOffsets, o Options, already int, log *slog.Logger) (int, error) {
-	conn, err := dialLeader(ctx, kc, dlq, p.Partition)
+	conn, err := kc.DialLeader(ctx, dlq, p.Partition)
 	if err != nil {
 		return 0, err
 	}
@@ -187,22 +187,6 @@ func replayPartition(ctx context.Context, kc *kafkaclient.Cluster, w *kafkaclien
 		pos = b.Offset()
 	}
 	return n, flush()
-}
-
-// dialLeader connects to the leader of the partition through the first
-// broker that answers.
-func dialLeader(ctx context.Context, kc *kafkaclient.Cluster, topic string, partition int) (*kafkago.Conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var errs []error
-	for _, b := range kc.Brokers() {
-		conn, err := kc.Dialer().DialLeader(dctx, "tcp", b, topic, partition)
-		if err == nil {
-			return conn, nil
-		}
-		errs = append(errs, err)
-	}
-	return nil, fmt.Errorf("dial leader of %s partition %d: %w", topic, partition, errors.Join(errs...))
 }
 
 // write writes batch to topic. A batch the broker refuses as too large (the
