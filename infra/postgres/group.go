@@ -26,9 +26,9 @@ type batchSender interface {
 // into larger groups while every runner waits on Postgres, which is when
 // one statement and one commit for many events pays.
 //
-// Requests of different classes (reserves of different consumer groups,
-// which the group statement takes as one value) never share a group either:
-// a group is of the class of its oldest request.
+// Requests that joins refuses to put beside a group's oldest request
+// (reserves of another consumer group, which the group statement takes as
+// one value) never share its group either.
 //
 // Two requests with the same key (an order, an event id) never share a
 // group: the group statements are set-based, and rows of one statement do
@@ -163,15 +163,19 @@ func (g *grouper[Req, Res]) take() []*waiter[Req, Res] {
 		if w.ctx.Err() != nil {
 			continue // its caller has returned ctx's error already
 		}
-		if len(batch) == g.max || clashes(keys, g.key(w.req)) ||
-			(len(batch) > 0 && g.joins != nil && !g.joins(batch[0].req, w.req)) {
+		if len(batch) == g.max || (len(batch) > 0 && g.joins != nil && !g.joins(batch[0].req, w.req)) {
+			rest = append(rest, w)
+			continue
+		}
+		ks := g.key(w.req)
+		if clashes(keys, ks) {
 			rest = append(rest, w)
 			continue
 		}
 		if keys == nil {
 			keys = make(map[string]struct{})
 		}
-		for _, k := range g.key(w.req) {
+		for _, k := range ks {
 			keys[k] = struct{}{}
 		}
 		batch = append(batch, w)
