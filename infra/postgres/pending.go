@@ -19,16 +19,21 @@ var _ order.PendingLedger = (*Store)(nil)
 // one it has just committed is re-checked on its new next_resume_at, which
 // is in the future. updated_at is left alone: it is when the key started,
 // the clock of BILLING_PENDING_RESUME_AFTER and of the gauges.
-const sqlClaimPending = `UPDATE invoice SET resume_attempts = resume_attempts + 1,
-		next_resume_at = now() + make_interval(secs => least($3 * power(2, least(resume_attempts, 30)), $4))
-	WHERE order_id IN (
-		SELECT order_id FROM invoice
-		WHERE status = 'pending' AND updated_at < now() - make_interval(secs => $1)
-			AND (next_resume_at IS NULL OR next_resume_at <= now())
-		ORDER BY updated_at
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED)
-	RETURNING ` + invoiceColumns
+//
+// An UPDATE returns its rows in no particular order, so the claimed rows
+// are sorted again on the way out: the pass resumes the oldest first.
+const sqlClaimPending = `WITH claimed AS (
+		UPDATE invoice SET resume_attempts = resume_attempts + 1,
+			next_resume_at = now() + make_interval(secs => least($3 * power(2, least(resume_attempts, 30)), $4))
+		WHERE order_id IN (
+			SELECT order_id FROM invoice
+			WHERE status = 'pending' AND updated_at < now() - make_interval(secs => $1)
+				AND (next_resume_at IS NULL OR next_resume_at <= now())
+			ORDER BY updated_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		RETURNING *)
+	SELECT ` + invoiceColumns + ` FROM claimed ORDER BY updated_at, order_id`
 
 // ClaimPending implements order.PendingLedger.
 func (s *Store) ClaimPending(ctx context.Context, c order.PendingClaim) ([]order.Invoice, error) {
