@@ -24,16 +24,19 @@ const dependency = order.DependencyPostgres
 //     io.EOF, io.ErrUnexpectedEOF, an error pgx marks safe to retry, a
 //     closed connection or pool), and SQLSTATE class 08 (connection
 //     exception), class 53 (insufficient resources: disk full, out of
-//     memory, too many connections), class 57 but 57014 (operator
-//     intervention: shutdown, crash, cannot connect now, database dropped),
+//     memory, too many connections), class 57 (operator intervention:
+//     shutdown, crash, cannot connect now, database dropped, and 57014, a
+//     statement cancelled: by a role's statement_timeout it cancels every
+//     event's statements alike, so billing pauses rather than route the
+//     stream through the tiers; a cancel of the caller's own is not an
+//     error of Postgres, see translate),
 //     class 58 (system error: I/O), class XX (internal error, corrupted
 //     data or index) and 25006 (read-only transaction: we reached a standby
 //     after a failover) become an *order.OutageError: Postgres as a whole
 //     is unavailable or failing, and every event would fail alike;
 //   - 40001 serialization_failure and 40P01 deadlock_detected (which reach
-//     the caller only after Store's in-place retries), 55P03
-//     lock_not_available and 57014 query_canceled (statement or lock
-//     timeout) become an *order.TransientError;
+//     the caller only after Store's in-place retries) and 55P03
+//     lock_not_available (a lock timeout) become an *order.TransientError;
 //   - context.Canceled and context.DeadlineExceeded pass through, wrapped;
 //   - errors already typed as outage or transient are returned as they are;
 //   - anything else is returned wrapped, and will be classified permanent.
@@ -82,12 +85,11 @@ func translateSQLState(code string, err error) error {
 	switch {
 	case code == "40001", // serialization_failure
 		code == "40P01", // deadlock_detected
-		code == "55P03", // lock_not_available
-		code == "57014": // query_canceled: a statement or lock timeout, this statement's own
+		code == "55P03": // lock_not_available: a lock timeout, this statement's own
 		return &order.TransientError{Op: string(dependency), Err: err}
 	case class == "08", // connection_exception
 		class == "53",   // insufficient_resources: disk full, out of memory, too many connections
-		class == "57",   // operator_intervention: shutdown, crash, cannot connect now
+		class == "57",   // operator_intervention: shutdown, crash, cannot connect now, a statement_timeout
 		class == "58",   // system_error: I/O error, undefined file
 		class == "XX",   // internal_error, data_corrupted, index_corrupted
 		code == "25006": // read_only_sql_transaction
@@ -106,10 +108,19 @@ func translate(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-		return fmt.Errorf("postgres: %w", err)
+	if cerr := ctx.Err(); cerr != nil && (errors.Is(err, cerr) || queryCanceled(err)) {
+		// A statement cancelled because the caller left is the caller's
+		// end, whichever way pgx reports it.
+		return fmt.Errorf("postgres: %w (%w)", cerr, err)
 	}
 	return TranslateError(err)
+}
+
+// queryCanceled reports whether err is the server's 57014, a statement
+// cancelled.
+func queryCanceled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
 
 // retryableInPlace reports whether the whole transaction may simply run

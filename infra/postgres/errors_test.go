@@ -83,7 +83,7 @@ func TestTranslateError(t *testing.T) {
 		{"serialization_failure 40001", pg("40001"), order.ClassTransient},
 		{"deadlock_detected 40P01", pg("40P01"), order.ClassTransient},
 		{"lock_not_available 55P03", pg("55P03"), order.ClassTransient},
-		{"query_canceled 57014", pg("57014"), order.ClassTransient},
+		{"query_canceled 57014 (a role's statement_timeout)", pg("57014"), order.ClassOutage},
 		{"wrapped serialization_failure", fmt.Errorf("insert: %w", pg("40001")), order.ClassTransient},
 		{"unique_violation 23505", pg("23505"), order.ClassPermanent},
 		{"check_violation 23514", pg("23514"), order.ClassPermanent},
@@ -170,7 +170,7 @@ func TestOutageWhenNothingListens(t *testing.T) {
 	}
 	defer pool.Close()
 	store := postgres.NewStore(pool)
-	_, err = store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group)
+	_, err = store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group, terms)
 	if got := order.Classify(err); got != order.ClassOutage {
 		t.Errorf("Reserve: Classify(%v) = %v, want outage", err, got)
 	}
@@ -207,10 +207,10 @@ func TestOutageWhenServerStops(t *testing.T) {
 	if got := order.Classify(err); got != order.ClassOutage {
 		t.Errorf("a transaction across a shutdown: Classify(%v) = %v, want outage", err, got)
 	}
-	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-2", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group); order.Classify(err) != order.ClassOutage {
+	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-2", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group, terms); order.Classify(err) != order.ClassOutage {
 		t.Errorf("Reserve while down: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
-	if _, err := store.Settle(ctx, "ord-1", newEventID(t), order.StatusCharged, "ch"); order.Classify(err) != order.ClassOutage {
+	if _, err := store.Settle(ctx, order.Settlement{OrderID: "ord-1", Key: newEventID(t), Status: order.StatusCharged, ChargeID: "ch"}); order.Classify(err) != order.ClassOutage {
 		t.Errorf("Settle while down: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
 	if err := store.Ping(ctx); order.Classify(err) != order.ClassOutage {
@@ -229,7 +229,7 @@ func TestOutageWhenServerStops(t *testing.T) {
 	if err := store.Ping(pctx); err != nil {
 		t.Fatalf("Ping after restart: %v", err)
 	}
-	r, err := store.Reserve(ctx, pendingInvoice("ord-1", id), group)
+	r, err := store.Reserve(ctx, pendingInvoice("ord-1", id), group, terms)
 	if err != nil || !r.FirstSeen {
 		t.Errorf("Reserve after restart = %+v, %v, want first seen (the interrupted insert rolled back)", r, err)
 	}
@@ -252,18 +252,18 @@ func TestOutageWhenServerHangs(t *testing.T) {
 	t.Cleanup(pool.Close)
 	store := postgres.NewStore(pool)
 	ctx := testCtx(t)
-	_, err = store.Settle(ctx, "ord-1", newEventID(t), order.StatusCharged, "ch")
+	_, err = store.Settle(ctx, order.Settlement{OrderID: "ord-1", Key: newEventID(t), Status: order.StatusCharged, ChargeID: "ch"})
 	if got := order.Classify(err); got != order.ClassOutage {
 		t.Errorf("connect timeout: Settle: Classify(%v) = %v, want outage", err, got)
 	}
 
-	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-1", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group); order.Classify(err) != order.ClassOutage {
+	if _, err := store.Reserve(ctx, order.Invoice{OrderID: "ord-1", EventID: newEventID(t), CustomerID: "c", Amount: 1, Currency: "EUR", Status: order.StatusPending}, group, terms); order.Classify(err) != order.ClassOutage {
 		t.Errorf("connect timeout: Reserve: Classify(%v) = %v, want outage", err, order.Classify(err))
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	_, err = store.Reserve(ctx, pendingInvoice("ord-2", newEventID(t)), group)
+	_, err = store.Reserve(ctx, pendingInvoice("ord-2", newEventID(t)), group, terms)
 	if got := order.Classify(err); got != order.ClassCanceled {
 		t.Errorf("cancel while connecting: Classify(%v) = %v, want canceled", err, got)
 	}
