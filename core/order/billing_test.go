@@ -5,71 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/gofrs/uuid/v5"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ledgertest"
 )
-
-// memLedger is order.Ledger in memory, with the rules the Postgres ledger
-// implements (infra/postgres TestLedgerContract checks those against a real
-// database); it lets the billing rules be read in one table here.
-type memLedger struct {
-	mu       sync.Mutex
-	dedup    map[string]bool // event id + group
-	invoices map[string]order.Invoice
-}
-
-func newMemLedger() *memLedger {
-	return &memLedger{dedup: map[string]bool{}, invoices: map[string]order.Invoice{}}
-}
-
-// keyHeld reports whether an invoice of another order than orderID holds key.
-func (l *memLedger) keyHeld(key uuid.UUID, orderID string) bool {
-	for _, inv := range l.invoices {
-		if inv.EventID == key && inv.OrderID != orderID {
-			return true
-		}
-	}
-	return false
-}
-
-func (l *memLedger) Reserve(_ context.Context, inv order.Invoice, group string) (order.Reservation, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var r order.Reservation
-	k := inv.EventID.String() + "/" + group
-	r.FirstSeen = !l.dedup[k]
-	l.dedup[k] = true
-	cur, ok := l.invoices[inv.OrderID]
-	switch {
-	case !ok && r.FirstSeen && !l.keyHeld(inv.EventID, ""):
-		inv.Status = order.StatusPending
-		l.invoices[inv.OrderID] = inv
-	case ok && cur.Status == order.StatusRejected && (r.FirstSeen || cur.EventID == inv.EventID) &&
-		!l.keyHeld(inv.EventID, inv.OrderID):
-		cur.EventID, cur.CustomerID, cur.Amount, cur.Currency = inv.EventID, inv.CustomerID, inv.Amount, inv.Currency
-		cur.Status, cur.ChargeID = order.StatusPending, ""
-		l.invoices[inv.OrderID] = cur
-		r.Reopened = true
-	}
-	r.Invoice, r.Found = l.invoices[inv.OrderID]
-	return r, nil
-}
-
-func (l *memLedger) Settle(_ context.Context, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	cur, ok := l.invoices[orderID]
-	if !ok || cur.Status != order.StatusPending || cur.EventID != key {
-		return false, nil
-	}
-	cur.Status, cur.ChargeID = status, chargeID
-	l.invoices[orderID] = cur
-	return true, nil
-}
 
 // scriptedGateway answers each call with the next answer of its script
 // (a success once the script is used up) and records the keys.
@@ -102,7 +44,12 @@ func refusal(kind order.RefusalKind, code int) error {
 var (
 	rejected  = refusal(order.RefusalRejected, 400)
 	keyReused = refusal(order.RefusalKeyReused, 422)
-	transient = &order.TransientError{Op: "charge", Err: errors.New("503")}
+	// transient is a 503: the gateway answered, nothing of the request runs
+	// there, so its attempt ends at once.
+	transient = order.MarkChargeEnded(&order.TransientError{Op: "charge", Err: errors.New("503")})
+	// timeout got no answer: its request may still run at the gateway, so
+	// its attempt lives on.
+	timeout = &order.TransientError{Op: "charge", Err: errors.New("no reply within 10s")}
 )
 
 // TestBillRules is CONTRACT.md §4's table for one order's events: each step
@@ -183,16 +130,28 @@ func TestBillRules(t *testing.T) {
 			{"E3", "A", 80, order.OutcomeCharged, 0}, {"E1", "A", 100, order.OutcomeDuplicate, 0}},
 		wantKeys: []string{"E1", "E2", "E3"}, wantStatus: order.StatusCharged, wantKey: "E3", wantAmount: 80,
 	}, {
-		name:    "422 stays pending under its key, whatever event comes next",
-		gateway: []error{keyReused, keyReused, keyReused},
+		name:    "rejected, then the replay of a corrected event first seen for the order reopens it",
+		gateway: []error{transient, rejected},
+		steps: []step{{"E1", "A", 100, "", order.ClassTransient}, {"E2", "A", 90, "", order.ClassPermanent},
+			{"E2", "A", 90, order.OutcomeCharged, 0}},
+		wantKeys: []string{"E1", "E1", "E2"}, wantStatus: order.StatusCharged, wantKey: "E2", wantAmount: 90,
+	}, {
+		name:    "422 holds the invoice: nothing is sent again, new events go to the DLQ",
+		gateway: []error{keyReused},
 		steps: []step{{"E1", "A", 100, "", order.ClassPermanent}, {"E2", "A", 90, "", order.ClassPermanent},
-			{"E1", "A", 100, "", order.ClassPermanent}},
-		wantKeys: []string{"E1", "E1", "E1"}, wantStatus: order.StatusPending, wantKey: "E1", wantAmount: 100,
+			{"E1", "A", 100, order.OutcomeDuplicate, 0}, {"E2", "A", 90, order.OutcomeDuplicate, 0}},
+		wantKeys: []string{"E1"}, wantStatus: order.StatusHeld, wantKey: "E1", wantAmount: 100,
+	}, {
+		name:    "another event waits while the first one's request may still be at the gateway",
+		gateway: []error{timeout},
+		steps: []step{{"E1", "A", 100, "", order.ClassTransient}, {"E2", "A", 90, "", order.ClassBusy},
+			{"E1", "A", 100, "", order.ClassBusy}},
+		wantKeys: []string{"E1"}, wantStatus: order.StatusPending, wantKey: "E1", wantAmount: 100,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ledger, gw := newMemLedger(), &scriptedGateway{script: slices.Clone(tt.gateway)}
+			ledger, gw := ledgertest.NewMem(), &scriptedGateway{script: slices.Clone(tt.gateway)}
 			svc := order.NewBillingService(ledger, gw, "g")
 			ids := map[string]uuid.UUID{}
 			names := map[uuid.UUID]string{}
@@ -220,14 +179,21 @@ func TestBillRules(t *testing.T) {
 			if !slices.Equal(keys, tt.wantKeys) {
 				t.Errorf("gateway keys = %v, want %v", keys, tt.wantKeys)
 			}
-			inv := ledger.invoices["A"]
+			inv, _ := ledger.Invoice("A")
 			if inv.Status != tt.wantStatus || names[inv.EventID] != tt.wantKey || inv.Amount != tt.wantAmount {
 				t.Errorf("invoice A = %s under %s for %d, want %s under %s for %d",
 					inv.Status, names[inv.EventID], inv.Amount, tt.wantStatus, tt.wantKey, tt.wantAmount)
 			}
-			if _, ok := ledger.invoices["B"]; ok != tt.wantB {
+			if _, ok := ledger.Invoice("B"); ok != tt.wantB {
 				t.Errorf("invoice B exists = %v, want %v", ok, tt.wantB)
 			}
 		})
 	}
+}
+
+// TestMemLedgerContract runs the Ledger contract on the in-memory ledger the
+// rules above are read over; infra/postgres runs it on the store.
+func TestMemLedgerContract(t *testing.T) {
+	t.Parallel()
+	ledgertest.Run(t, func(*testing.T) order.Ledger { return ledgertest.NewMem() })
 }

@@ -18,11 +18,12 @@ const (
 	DefaultCompleterMaxWait   = time.Hour
 )
 
-// PendingStats is what billing_invoices_pending and
-// billing_invoice_pending_oldest_seconds report.
+// PendingStats is what billing_invoices_pending,
+// billing_invoice_pending_oldest_seconds and billing_invoices_held report.
 type PendingStats struct {
 	Count  int
 	Oldest time.Duration // how long the oldest pending invoice has been pending under its key; 0 when none
+	Held   int           // invoices waiting for a person
 }
 
 // PendingClaim says which pending invoices a completer pass takes.
@@ -43,8 +44,14 @@ type PendingLedger interface {
 	// first, skipping rows another transaction holds), moves each one's
 	// next attempt past its back-off, and returns them.
 	ClaimPending(ctx context.Context, c PendingClaim) ([]Invoice, error)
-	// PendingStats counts the pending invoices and ages the oldest.
+	// PendingStats counts the pending and the held invoices and ages the
+	// oldest pending one.
 	PendingStats(ctx context.Context) (PendingStats, error)
+	// HoldStale holds every pending invoice whose key was first sent more
+	// than terms.HoldAfter ago and that no live attempt holds, and returns
+	// their order ids: whatever back-off the completer gave them, they must
+	// not wait pending for a send that will never come.
+	HoldStale(ctx context.Context, terms AttemptTerms) ([]string, error)
 }
 
 // CompleterOptions configures a PendingCompleter; zero values take the
@@ -76,7 +83,9 @@ type CompleterOptions struct {
 type CompleterResult struct {
 	Claimed  int
 	Outcomes map[Outcome]int // settled charged or declined
-	Failed   int             // still pending (transient, 422) or rejected
+	Failed   int             // still pending (transient) or rejected
+	Held     int             // held: claimed and found (or made) held, or held by the pass's sweep
+	Skipped  int             // another path's attempt in flight, or the invoice moved on since the claim
 	Stopped  error           // an outage or cancellation that ended the pass early
 }
 
@@ -179,15 +188,26 @@ func (c *PendingCompleter) loop(ctx context.Context) {
 	}
 }
 
-// RunOnce runs one pass within PassTimeout: it refreshes the stats, claims
-// the due invoices and resumes each. An outage (Postgres or the gateway
-// unavailable) ends the pass without touching the rest: their claim only
-// delays them by one back-off, and nothing is settled on a guess.
+// RunOnce runs one pass within PassTimeout: it holds the invoices whose
+// key is too old to send again, refreshes the stats, claims the due
+// invoices and resumes each (BillingService.Resume: only with its attempt,
+// only if still pending under the key it was claimed with). An outage
+// (Postgres or the gateway unavailable) ends the pass without touching the
+// rest: their claim only delays them by one back-off, and nothing is
+// settled on a guess.
 func (c *PendingCompleter) RunOnce(ctx context.Context) (CompleterResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.PassTimeout)
 	defer cancel()
 	res := CompleterResult{Outcomes: map[Outcome]int{}}
 
+	held, err := c.ledger.HoldStale(ctx, c.billing.Terms())
+	if err != nil {
+		return res, fmt.Errorf("hold stale invoices: %w", err)
+	}
+	for _, orderID := range held {
+		res.Held++
+		c.log.Warn("pending invoice held: its key is past half of BILLING_GATEWAY_KEY_TTL", slog.String("order_id", orderID))
+	}
 	stats, err := c.ledger.PendingStats(ctx)
 	if err != nil {
 		return res, fmt.Errorf("pending stats: %w", err)
@@ -208,15 +228,21 @@ func (c *PendingCompleter) RunOnce(ctx context.Context) (CompleterResult, error)
 	}
 	res.Claimed = len(invs)
 	for _, inv := range invs {
-		outcome, err := c.billing.Resume(ctx, inv)
+		outcome, err := c.billing.Resume(ctx, inv.OrderID, inv.EventID)
 		attrs := []any{slog.String("order_id", inv.OrderID), slog.String("key", inv.EventID.String())}
-		if err == nil {
+		cl := Classify(err)
+		switch {
+		case err == nil:
 			res.Outcomes[outcome]++
 			c.log.Info("pending invoice resumed", append(attrs, slog.String("outcome", string(outcome)))...)
-			continue
-		}
-		switch cl := Classify(err); cl {
-		case ClassOutage, ClassCanceled:
+		case errors.Is(err, ErrNotPending), cl == ClassBusy:
+			// Another path has it, or had it and decided: nothing to do.
+			res.Skipped++
+			c.log.Debug("pending invoice skipped", append(attrs, slog.String("error", err.Error()))...)
+		case errors.As(err, new(*HeldError)):
+			res.Held++
+			c.log.Warn("pending invoice held for a person", append(attrs, slog.String("error", err.Error()))...)
+		case cl == ClassOutage, cl == ClassCanceled:
 			res.Stopped = err
 			return res, nil
 		default:

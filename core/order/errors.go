@@ -41,7 +41,7 @@ const (
 	// becomes rejected and the next event of the order may reopen it.
 	RefusalRejected RefusalKind = iota + 1
 	// RefusalKeyReused: 422, the key was used before with another body.
-	// Money may have moved under it: the invoice stays pending for a person.
+	// Money may have moved under it: the invoice is held for a person.
 	RefusalKeyReused
 )
 
@@ -75,6 +75,46 @@ type TransientError struct {
 
 func (e *TransientError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *TransientError) Unwrap() error { return e.Err }
+
+// AttemptBusyError says another path (another event of the order, a retry
+// tier, the pending completer, another pod) holds the attempt of the
+// order's pending invoice: its key may be at the gateway right now
+// (CONTRACT.md §4, one attempt per key at a time). Nothing was sent. The
+// event waits in place and tries again; it is not routed, and it gives way
+// uncommitted when its partition is revoked or the process stops.
+type AttemptBusyError struct {
+	OrderID string
+	// Wait is how long the other attempt may still live (0: it has ended,
+	// or the invoice moved on: try again now).
+	Wait time.Duration
+}
+
+func (e *AttemptBusyError) Error() string {
+	return fmt.Sprintf("order %s: another attempt of its invoice is in flight (for up to %v)", e.OrderID, e.Wait)
+}
+
+// HeldError says the order's invoice is held for a person (CONTRACT.md §4):
+// by this event's 422, by its key's age, or before this event arrived. It
+// is permanent: the record goes to the DLQ, to be replayed once the person
+// has decided (`billing invoice resolve`).
+type HeldError struct {
+	OrderID string
+	Reason  string
+	Err     error // the gateway's refusal, when a 422 held it
+}
+
+func (e *HeldError) Error() string {
+	msg := "order " + e.OrderID + ": invoice held for a person (billing invoice resolve): " + e.Reason
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+func (e *HeldError) Unwrap() error { return e.Err }
+
+// ErrNotPending: the invoice a path meant to resume is no longer pending
+// under the key it knew (settled, rejected, reopened or held since).
+var ErrNotPending = errors.New("invoice no longer pending under this key")
 
 // Dependency names a service billing cannot work without. An outage of one
 // pauses consumption until a probe of that same dependency succeeds.
@@ -114,6 +154,9 @@ const (
 	ClassOutage
 	// ClassCanceled: shutdown; route nowhere, commit nothing.
 	ClassCanceled
+	// ClassBusy: another path's attempt of the invoice is in flight; wait
+	// in place, route nowhere, commit nothing until it is final.
+	ClassBusy
 )
 
 func (c Class) String() string {
@@ -126,6 +169,8 @@ func (c Class) String() string {
 		return "outage"
 	case ClassCanceled:
 		return "canceled"
+	case ClassBusy:
+		return "busy"
 	}
 	return fmt.Sprintf("Class(%d)", int(c))
 }
@@ -143,13 +188,17 @@ func Classify(err error) Class {
 		pe *PermanentError
 		ve *ValidationError
 		ce *ChargeRefusedError
+		be *AttemptBusyError
+		he *HeldError
 	)
 	switch {
 	case errors.As(err, &oe):
 		return ClassOutage
 	case errors.Is(err, context.Canceled):
 		return ClassCanceled
-	case errors.As(err, &ve), errors.As(err, &pe), errors.As(err, &ce):
+	case errors.As(err, &be):
+		return ClassBusy
+	case errors.As(err, &ve), errors.As(err, &pe), errors.As(err, &ce), errors.As(err, &he):
 		return ClassPermanent
 	case errors.As(err, &te), errors.Is(err, context.DeadlineExceeded):
 		return ClassTransient

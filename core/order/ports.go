@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -11,7 +12,7 @@ import (
 type InvoiceStatus string
 
 // Invoice states. An invoice is written pending before the money moves and
-// becomes charged, declined or rejected after the gateway answers.
+// becomes charged, declined, rejected or held after the gateway answers.
 const (
 	StatusPending  InvoiceStatus = "pending"
 	StatusCharged  InvoiceStatus = "charged"
@@ -20,17 +21,18 @@ const (
 	// (CONTRACT.md §4): no money moved. Final for its key, but not billed:
 	// the next event of the order reopens the invoice under its own key.
 	StatusRejected InvoiceStatus = "rejected"
+	// StatusHeld: only a person can tell whether money moved under the key
+	// (a 422: the key was used with another body; or the key is past half
+	// of its lifetime at the gateway). Never sent again automatically; a
+	// person settles it with `billing invoice resolve`.
+	StatusHeld InvoiceStatus = "held"
 )
 
-// Final reports whether the gateway's answer to the invoice's key is
-// recorded (charged, declined or rejected): a settle target.
+// Final reports whether the invoice has left pending under its key for
+// good (charged, declined, rejected or held): a settle target.
 func (s InvoiceStatus) Final() bool {
-	return s == StatusCharged || s == StatusDeclined || s == StatusRejected
+	return s == StatusCharged || s == StatusDeclined || s == StatusRejected || s == StatusHeld
 }
-
-// Billed reports whether the order is done for good (charged or declined):
-// every later event of the order is a duplicate.
-func (s InvoiceStatus) Billed() bool { return s == StatusCharged || s == StatusDeclined }
 
 // Invoice is the one bill of an order. EventID is the event that opened it;
 // its value is the charge's Idempotency-Key for as long as the invoice lives.
@@ -42,12 +44,54 @@ type Invoice struct {
 	Currency   string
 	Status     InvoiceStatus
 	ChargeID   string // "" while pending, or when the gateway did not say
+	Reason     string // why it was rejected or held; "" otherwise
 	CreatedAt  time.Time
+	// KeySentAt is when the first attempt under EventID was taken (zero:
+	// none yet): the clock of AttemptTerms.HoldAfter.
+	KeySentAt time.Time
 }
 
+// AttemptTerms bound the attempts of CONTRACT.md §4, "one attempt per key at
+// a time". A path sends an invoice's key only after it has taken the
+// invoice's attempt in the ledger (pending under that key, no other attempt
+// alive), and the invoice leaves pending under that key only once no
+// attempt can still be in flight. Time is the ledger's clock (Postgres's),
+// never a pod's.
+type AttemptTerms struct {
+	// Life is how long an attempt is alive once taken: the gateway timeout
+	// plus AttemptMargin. The path that took it sends nothing after
+	// Life - AttemptMargin/2 from when it asked for it (BillingService), so
+	// that when the attempt expires nothing of it is left at the gateway.
+	Life time.Duration
+	// HoldAfter is half of the gateway's key lifetime
+	// (BILLING_GATEWAY_KEY_TTL / 2): a pending invoice whose key was first
+	// sent longer ago is held instead of sent again, since the gateway may
+	// by now have forgotten a charge made under it. 0: never.
+	HoldAfter time.Duration
+}
+
+// AttemptMargin is what an attempt lives beyond the gateway timeout: the
+// round trips between the ledger's clock starting the attempt and the
+// request leaving, and a request's bytes still on their way when its
+// sender gave up.
+const AttemptMargin = 5 * time.Second
+
+// NewAttemptTerms returns the terms for a gateway whose requests time out
+// after paymentTimeout and which keeps an Idempotency-Key for keyTTL.
+func NewAttemptTerms(paymentTimeout, keyTTL time.Duration) AttemptTerms {
+	return AttemptTerms{Life: paymentTimeout + AttemptMargin, HoldAfter: keyTTL / 2}
+}
+
+// sendWindow is how long after asking for an attempt its taker may still
+// send: the attempt's life less half the margin (a quarter of the life, for
+// the short lives of tests), so the request is over, by the taker's own
+// deadline, before the ledger lets anyone else decide.
+func (t AttemptTerms) sendWindow() time.Duration { return t.Life - min(AttemptMargin/2, t.Life/4) }
+
 // Reservation is what the reserve transaction found: whether the event's
-// dedup row was new, and the order's invoice after the insert (this event's,
-// or the one an earlier event of the order opened).
+// dedup row was new, the order's invoice after the insert (this event's,
+// or the one an earlier event of the order opened), and whether this
+// event may send its key.
 type Reservation struct {
 	FirstSeen bool    // (event_id, group) was not in processed_event before
 	Reopened  bool    // a rejected invoice of the order now pending under this event
@@ -56,6 +100,33 @@ type Reservation struct {
 	// before (for another order, since it opened nothing for this one), or
 	// another order's invoice holds it as its key.
 	Found bool
+	// Attempt is not 0 when the reserve took the pending invoice's attempt
+	// for this event: it may send the key, and settles with this id.
+	Attempt int64
+	// Wait, for a pending invoice whose attempt another path holds, is how
+	// long that attempt may still live (0 when it ended meanwhile).
+	Wait time.Duration
+	// Held: this reserve held the invoice (its key past AttemptTerms.HoldAfter).
+	Held bool
+}
+
+// Take is what TakeAttempt found.
+type Take struct {
+	Invoice Invoice // the order's invoice now
+	Found   bool    // the order has an invoice
+	Attempt int64   // not 0: the attempt is the caller's
+	Wait    time.Duration
+	Held    bool // the take held the invoice (its key past AttemptTerms.HoldAfter)
+}
+
+// Settlement is the gateway's answer to one attempt, for Settle.
+type Settlement struct {
+	OrderID  string
+	Key      uuid.UUID     // the key that was sent
+	Attempt  int64         // the attempt that sent it
+	Status   InvoiceStatus // charged, declined, rejected or held
+	ChargeID string        // charged: the gateway's charge id, "" when it did not say
+	Reason   string        // rejected, held: one line on why
 }
 
 // Ledger keeps the dedup table and the invoices. Each method is one
@@ -63,20 +134,33 @@ type Reservation struct {
 // in place after a serialization failure or deadlock, and translates driver
 // errors into OutageError / TransientError at its edge.
 type Ledger interface {
-	// Reserve, in one transaction: records (inv.EventID, group) in
-	// processed_event (ON CONFLICT DO NOTHING, FirstSeen when it inserted);
-	// when that row is new, inserts inv as the order's pending invoice unless
-	// the order has one or another invoice holds inv.EventID as its key;
-	// reopens the order's rejected invoice under inv (its key, amount,
-	// currency, customer) when the row is new or inv.EventID is already that
-	// invoice's key, and no other invoice holds it; and reads the order's
-	// invoice FOR UPDATE.
-	Reserve(ctx context.Context, inv Invoice, group string) (Reservation, error)
-	// Settle moves the order's invoice, if it is pending under key, to
-	// status (charged, declined or rejected), recording chargeID, and
-	// reports whether it did (false: it was final already, or reopened
-	// under another key since).
-	Settle(ctx context.Context, orderID string, key uuid.UUID, status InvoiceStatus, chargeID string) (bool, error)
+	// Reserve, in one transaction: records (inv.EventID, group, inv.OrderID)
+	// in processed_event (ON CONFLICT DO NOTHING, FirstSeen when it
+	// inserted); when that row is new, inserts inv as the order's pending
+	// invoice unless the order has one or another invoice holds inv.EventID
+	// as its key; reopens the order's rejected invoice under inv (its key,
+	// amount, currency, customer) when the row is new, or inv.EventID is
+	// already that invoice's key, or the row existed for this same order,
+	// and no other invoice holds the key; takes the attempt of the order's
+	// pending invoice (a new one, a reopened one, or one pending before)
+	// when no other attempt is alive and its key is not past
+	// terms.HoldAfter, or holds it when it is; and reads the order's invoice
+	// FOR UPDATE.
+	Reserve(ctx context.Context, inv Invoice, group string, terms AttemptTerms) (Reservation, error)
+	// TakeAttempt, in one transaction: takes the attempt of orderID's
+	// invoice if it is pending under key with no other attempt alive and
+	// its key not past terms.HoldAfter, or holds it when it is past; and
+	// reads the invoice.
+	TakeAttempt(ctx context.Context, orderID string, key uuid.UUID, terms AttemptTerms) (Take, error)
+	// Settle moves the order's invoice, if it is pending under s.Key and no
+	// attempt but s.Attempt can still be in flight, to s.Status, and reports
+	// whether it did (false: it was settled already, reopened under another
+	// key, or another path holds a live attempt).
+	Settle(ctx context.Context, s Settlement) (bool, error)
+	// Release ends attempt early: its request is over and nothing of it is
+	// left at the gateway (it was answered, or never sent). The invoice stays
+	// pending; another path may take its attempt at once.
+	Release(ctx context.Context, orderID string, key uuid.UUID, attempt int64) error
 }
 
 // ChargeRequest is one charge at the payment gateway.
@@ -110,3 +194,24 @@ type ChargeResult struct {
 type PaymentGateway interface {
 	Charge(ctx context.Context, req ChargeRequest) (ChargeResult, error)
 }
+
+// Resolution is a person's decision on a held invoice (`billing invoice
+// resolve`, CONTRACT.md §1): what the gateway's own records show (charged,
+// with the charge id found there; declined; rejected: no money moved, the
+// order may be reopened), or pending: one more automatic attempt under its
+// key, while the key is young enough (AttemptTerms.HoldAfter).
+type Resolution struct {
+	Status   InvoiceStatus // charged, declined, rejected or pending
+	ChargeID string        // charged: the charge id at the gateway
+}
+
+// Errors of a resolution the ledger refuses.
+var (
+	// ErrNotHeld: the invoice is not held; nothing for a person to decide.
+	ErrNotHeld = errors.New("invoice is not held")
+	// ErrKeyTooOld: --resume of an invoice whose key was first sent longer
+	// ago than AttemptTerms.HoldAfter; the gateway may have forgotten it.
+	ErrKeyTooOld = errors.New("its key was first sent more than half of BILLING_GATEWAY_KEY_TTL ago: resuming it could charge twice")
+	// ErrNoInvoice: the order has no invoice.
+	ErrNoInvoice = errors.New("order has no invoice")
+)

@@ -40,6 +40,10 @@ type RetryPolicy struct {
 	// Startup spaces the attempts to reach a dependency when the process
 	// starts.
 	Startup Backoff
+	// Busy spaces the looks of an event waiting for another path's attempt
+	// of its invoice (ClassBusy); it never waits past the time that attempt
+	// may still live.
+	Busy Backoff
 }
 
 // NewRetryPolicy returns the service's policy with tierDelays as the retry
@@ -58,6 +62,9 @@ func NewRetryPolicy(tierDelays ...time.Duration) RetryPolicy {
 		Write:            Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		WriteOutageAfter: 3,
 		Startup:          Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second},
+		// The other attempt usually ends within a gateway round trip; one
+		// whose pod died lives out its AttemptTerms.Life (15s by default).
+		Busy: Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
 	}
 }
 
@@ -78,6 +85,10 @@ const (
 	// ActionDeadLetter: the record goes to the DLQ; then the source offset
 	// is committed.
 	ActionDeadLetter
+	// ActionWait: another path's attempt of the invoice is in flight. The
+	// same event looks again after Decision.Delay; nothing is routed, and a
+	// rebalance or shutdown meanwhile leaves it uncommitted.
+	ActionWait
 )
 
 func (a Action) String() string {
@@ -90,6 +101,8 @@ func (a Action) String() string {
 		return "retry tier"
 	case ActionDeadLetter:
 		return "dead-letter"
+	case ActionWait:
+		return "wait"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -99,36 +112,40 @@ type Decision struct {
 	Action Action
 	Class  Class         // the failure's class (x-error-class)
 	Tier   int           // ActionRetryTier: the tier the record goes to
-	Delay  time.Duration // ActionPause: wait before the next attempt; ActionRetryTier: x-not-before from now
+	Delay  time.Duration // ActionPause, ActionWait: wait before the next attempt; ActionRetryTier: x-not-before from now
 }
 
 // Decide answers for err, met by an event read from tier (0: the main
-// topic) on its attempt-th try in place (0 for the first; only outages
-// retry in place). The class comes from Classify.
+// topic) on its attempt-th try in place (0 for the first; outages and busy
+// invoices retry in place). The class comes from Classify.
 //
-// Retry-After is honoured this way:
-//   - transient: the record goes to the first tier from the next one whose
-//     delay is at least the hint, or the last tier when none is that long.
-//     x-not-before is that tier's own delay, so each tier keeps one delay
-//     (in time order, FIFO) and its clamp of x-not-before (CONTRACT §5)
-//     never cuts the hint short; a hint beyond the last tier's delay is
-//     waited only that delay.
-//   - outage: the wait is at least the hint, up to Outage.Max, so a held
-//     event does not probe a gateway that asked for quiet, and a hostile or
-//     mistaken hint cannot stall consumption longer than Outage.Max.
+// A transient failure goes to the next tier, always: every configured tier
+// gets its attempt. A tier holds a record no longer than its own delay
+// (x-not-before is clamped to it, CONTRACT §5), so a gateway's Retry-After
+// longer than that delay is honoured only up to it; skipping tiers to wait
+// longer would give a 429 fewer attempts than configured.
+//
+// An outage waits at least the Retry-After hint, up to Outage.Max, so a
+// held event does not probe a gateway that asked for quiet, and a hostile
+// or mistaken hint cannot stall consumption longer than Outage.Max.
+//
+// A busy invoice is looked at again on the Busy schedule, never later than
+// the other attempt's end.
 func (p RetryPolicy) Decide(err error, tier, attempt int) Decision {
 	class := Classify(err)
-	hint := retryAfter(err)
 	switch class {
 	case ClassCanceled:
 		return Decision{Action: ActionLeave, Class: class}
 	case ClassOutage:
-		return Decision{Action: ActionPause, Class: class, Delay: max(p.Outage.Delay(attempt), min(hint, p.Outage.Max))}
+		return Decision{Action: ActionPause, Class: class, Delay: max(p.Outage.Delay(attempt), min(retryAfter(err), p.Outage.Max))}
+	case ClassBusy:
+		wait := p.Busy.Min
+		if be, ok := errors.AsType[*AttemptBusyError](err); ok {
+			wait = max(be.Wait, p.Busy.Min)
+		}
+		return Decision{Action: ActionWait, Class: class, Delay: min(wait, p.Busy.Delay(attempt))}
 	case ClassTransient:
 		if next := tier + 1; next <= len(p.TierDelays) {
-			for next < len(p.TierDelays) && p.TierDelays[next-1] < hint {
-				next++
-			}
 			return Decision{Action: ActionRetryTier, Class: class, Tier: next, Delay: p.TierDelays[next-1]}
 		}
 	}

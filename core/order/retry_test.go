@@ -41,12 +41,14 @@ func TestRetryPolicyDecide(t *testing.T) {
 		{"transient on a tier beyond the list", transient(0), 4, 0, Decision{Action: ActionDeadLetter, Class: ClassTransient}},
 		{"deadline", context.DeadlineExceeded, 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 1, Delay: 5 * s}},
 
-		// Retry-After skips the tiers too short for it; beyond the last tier's delay it is the last tier.
+		// Retry-After never skips a tier: every tier gets its attempt, and a
+		// tier holds a record no longer than its own delay (CONTRACT §5), so
+		// a longer hint is honoured only up to that delay.
 		{"Retry-After within the next tier", transient(5 * s), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 1, Delay: 5 * s}},
-		{"Retry-After past the next tier", transient(6 * s), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 2, Delay: m}},
-		{"Retry-After past two tiers", transient(2 * m), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 3, Delay: 10 * m}},
-		{"Retry-After past every tier", transient(time.Hour), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 3, Delay: 10 * m}},
-		{"Retry-After from tier 1", transient(2 * m), 1, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 3, Delay: 10 * m}},
+		{"Retry-After past the next tier", transient(6 * s), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 1, Delay: 5 * s}},
+		{"Retry-After past two tiers", transient(2 * m), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 1, Delay: 5 * s}},
+		{"Retry-After past every tier", transient(time.Hour), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 1, Delay: 5 * s}},
+		{"Retry-After from tier 1", transient(2 * m), 1, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 2, Delay: m}},
 		{"Retry-After on the last tier", transient(s), 3, 0, Decision{Action: ActionDeadLetter, Class: ClassTransient}},
 
 		// An outage routes nothing: the same event waits, doubling from 500ms to 15s.

@@ -105,7 +105,7 @@ func TestPendingCompletersShareNothing(t *testing.T) {
 	stub.SetLatency(5 * time.Millisecond)
 	const n = 30
 	for i := range n {
-		if _, err := store.Reserve(ctx, pendingInvoice(fmt.Sprintf("ord-%02d", i), newEventID(t)), group); err != nil {
+		if _, err := store.Reserve(ctx, pendingInvoice(fmt.Sprintf("ord-%02d", i), newEventID(t)), group, ended); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -176,7 +176,7 @@ func TestPendingCompleterOutcomes(t *testing.T) {
 		{"charged", nil, false, order.StatusCharged, 2},
 		{"declined", nil, true, order.StatusDeclined, 2},
 		{"4xx rejected", refused(order.RefusalRejected, 400), false, order.StatusRejected, 2},
-		{"422 stays pending", refused(order.RefusalKeyReused, 422), false, order.StatusPending, 2},
+		{"422 held", refused(order.RefusalKeyReused, 422), false, order.StatusHeld, 2},
 		{"transient stays pending", &order.TransientError{Op: "charge", Err: errors.New("503")}, false, order.StatusPending, 2},
 		{"outage stops the pass", &order.OutageError{Dependency: "gateway", Err: errors.New("401")}, false, order.StatusPending, 1},
 	}
@@ -195,7 +195,7 @@ func TestPendingCompleterOutcomes(t *testing.T) {
 				return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: "ch-1"}, nil
 			}
 			for _, id := range []string{"ord-1", "ord-2"} {
-				if _, err := e.store.Reserve(ctx, pendingInvoice(id, newEventID(t)), group); err != nil {
+				if _, err := e.store.Reserve(ctx, pendingInvoice(id, newEventID(t)), group, ended); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -214,12 +214,18 @@ func TestPendingCompleterOutcomes(t *testing.T) {
 				t.Errorf("invoice = %+v, want %s", inv, tt.wantStatus)
 			}
 			st, err := e.store.PendingStats(ctx)
-			wantPending := 0
-			if tt.wantStatus == order.StatusPending {
+			wantPending, wantHeld := 0, 0
+			switch tt.wantStatus {
+			case order.StatusPending:
 				wantPending = 2
+			case order.StatusHeld:
+				wantHeld = 2
 			}
-			if err != nil || st.Count != wantPending || (wantPending > 0 && st.Oldest < 59*time.Minute) {
-				t.Errorf("PendingStats() = %+v, %v, want %d pending, the oldest about an hour", st, err, wantPending)
+			if err != nil || st.Count != wantPending || st.Held != wantHeld || (wantPending > 0 && st.Oldest < 59*time.Minute) {
+				t.Errorf("PendingStats() = %+v, %v, want %d pending, the oldest about an hour, %d held", st, err, wantPending, wantHeld)
+			}
+			if tt.wantStatus == order.StatusHeld && res.Held != 2 {
+				t.Errorf("RunOnce() = %+v, want both held", res)
 			}
 		})
 	}

@@ -233,9 +233,9 @@ func createPartition(ctx context.Context, s session, p partition) (moved int64, 
 	if hasDefault {
 		tag, err := tx.Exec(ctx, `WITH moved AS (
 				DELETE FROM `+defaultPartition+` WHERE event_id >= $1 AND event_id < $2
-				RETURNING event_id, consumer_group, processed_at)
-			INSERT INTO `+name+` (event_id, consumer_group, processed_at)
-			SELECT event_id, consumer_group, processed_at FROM moved`, lo, hi)
+				RETURNING event_id, consumer_group, processed_at, order_id)
+			INSERT INTO `+name+` (event_id, consumer_group, processed_at, order_id)
+			SELECT event_id, consumer_group, processed_at, order_id FROM moved`, lo, hi)
 		if err != nil {
 			return 0, false, fmt.Errorf("move rows of %s out of %s: %w", p.name, defaultPartition, err)
 		}

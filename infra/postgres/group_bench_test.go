@@ -52,11 +52,13 @@ func BenchmarkReserveSettle(b *testing.B) {
 						}
 						id, _ := uuid.NewV7()
 						inv := order.Invoice{OrderID: fmt.Sprintf("ord-%d-%d", c, i), EventID: id, CustomerID: "c", Amount: 100, Currency: "EUR", Status: order.StatusPending}
-						if _, err := store.Reserve(ctx, inv, group); err != nil {
+						r, err := store.Reserve(ctx, inv, group, terms)
+						if err != nil {
 							b.Error(err)
 							return
 						}
-						if _, err := store.Settle(ctx, inv.OrderID, id, order.StatusCharged, "ch"); err != nil {
+						if _, err := store.Settle(ctx, order.Settlement{OrderID: inv.OrderID, Key: id, Attempt: r.Attempt,
+							Status: order.StatusCharged, ChargeID: "ch"}); err != nil {
 							b.Error(err)
 							return
 						}

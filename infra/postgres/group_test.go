@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ledgertest"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/pgtest"
 	"github.com/acme/billing/internal/poll"
@@ -119,7 +120,7 @@ func TestReservesOfOneConsumerGroupShareAGroup(t *testing.T) {
 	calls := make([]func(), n)
 	for i := range calls {
 		calls[i] = func() {
-			res[i], errs[i] = store.Reserve(ctx, pendingInvoice(fmt.Sprintf("ord-%02d", i), newEventID(t)), groups[i%2])
+			res[i], errs[i] = store.Reserve(ctx, pendingInvoice(fmt.Sprintf("ord-%02d", i), newEventID(t)), groups[i%2], terms)
 		}
 	}
 	inGroups(ctx, t, pool, store, &sizes, calls)
@@ -156,13 +157,13 @@ func TestGroupFailureStaysWithItsEvent(t *testing.T) {
 		invs[i] = pendingInvoice(fmt.Sprintf("ord-%02d", i), newEventID(t))
 	}
 	invs[bad].Amount = 0 // violates the invoice's CHECK (amount > 0)
+	res := make([]order.Reservation, n)
 
 	t.Run("reserve", func(t *testing.T) {
-		res := make([]order.Reservation, n)
 		errs := make([]error, n)
 		calls := make([]func(), n)
 		for i := range calls {
-			calls[i] = func() { res[i], errs[i] = store.Reserve(ctx, invs[i], group) }
+			calls[i] = func() { res[i], errs[i] = store.Reserve(ctx, invs[i], group, terms) }
 		}
 		inGroups(ctx, t, pool, store, &sizes, calls)
 		if sizes.largest("reserve") < 2 {
@@ -190,7 +191,8 @@ func TestGroupFailureStaysWithItsEvent(t *testing.T) {
 	// a gateway's garbage) fails the group statement the same way.
 	t.Run("settle", func(t *testing.T) {
 		invs[bad].Amount = 12990
-		if _, err := store.Reserve(ctx, invs[bad], group); err != nil {
+		var err error
+		if res[bad], err = store.Reserve(ctx, invs[bad], group, terms); err != nil {
 			t.Fatal(err)
 		}
 		settled := make([]bool, n)
@@ -204,7 +206,8 @@ func TestGroupFailureStaysWithItsEvent(t *testing.T) {
 		}
 		for i := range calls {
 			calls[i] = func() {
-				settled[i], errs[i] = store.Settle(ctx, invs[i].OrderID, invs[i].EventID, order.StatusCharged, chargeID(i))
+				settled[i], errs[i] = store.Settle(ctx, order.Settlement{OrderID: invs[i].OrderID, Key: invs[i].EventID,
+					Attempt: res[i].Attempt, Status: order.StatusCharged, ChargeID: chargeID(i)})
 			}
 		}
 		inGroups(ctx, t, pool, store, &sizes, calls)
@@ -229,37 +232,50 @@ func TestGroupFailureStaysWithItsEvent(t *testing.T) {
 	})
 }
 
-// TestLedgerContractInGroups runs every scenario of ledgerContract at once
-// on one store, step by step: step i of every scenario is issued together
-// (orders namespaced per scenario), forced into groups, and each must give
-// what the scenario expects of it alone.
+// TestLedgerContractInGroups runs every scenario of order.Ledger's
+// contract (ledgertest) at once on one store, step by step: step i of every
+// scenario is issued together (orders namespaced per scenario), its
+// reserves and settles forced into groups, and each must give what the
+// scenario expects of it alone. The calls that are never grouped (takes,
+// releases, settles refused before they reach the server) go first, on
+// their own.
 func TestLedgerContractInGroups(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	var sizes groupSizes
 	store := postgres.NewStore(pool, postgres.WithGroups(1), sizes.option())
-	scenarios := ledgerContract()
-	runs := make([]*ledgerRun, len(scenarios))
+	scenarios := ledgertest.Scenarios()
+	runs := make([]*ledgertest.Runner, len(scenarios))
 	longest := 0
 	for j, sc := range scenarios {
-		runs[j] = newLedgerRun(t, fmt.Sprintf("s%02d-", j), sc)
-		longest = max(longest, len(sc.steps))
+		runs[j] = ledgertest.NewRunner(t, fmt.Sprintf("s%02d-", j), sc)
+		longest = max(longest, len(sc.Steps))
 	}
 	broken := make([]bool, len(scenarios)) // a step failed to run: skip the rest
 	for i := range longest {
-		var calls []func()
+		var grouped, alone []func()
 		for j, sc := range scenarios {
-			if i >= len(sc.steps) || broken[j] {
+			if i >= len(sc.Steps) || broken[j] {
 				continue
 			}
-			calls = append(calls, func() {
-				if !runs[j].step(ctx, t, store, i, sc.steps[i]) {
+			call := func() {
+				if !runs[j].Step(ctx, t, store, i, sc.Steps[i]) {
 					broken[j] = true
 				}
-			})
+			}
+			if sc.Steps[i].Grouped() {
+				grouped = append(grouped, call)
+			} else {
+				alone = append(alone, call)
+			}
 		}
-		inGroups(ctx, t, pool, store, &sizes, calls)
+		var wg sync.WaitGroup
+		for _, call := range alone {
+			wg.Go(call)
+		}
+		wg.Wait()
+		inGroups(ctx, t, pool, store, &sizes, grouped)
 	}
 	if sizes.largest("reserve") < 2 || sizes.largest("settle") < 2 {
 		t.Errorf("groups %v, want reserves and settles in groups of more than one", sizes.of("reserve"))

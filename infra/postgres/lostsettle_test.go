@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -31,15 +30,15 @@ type beforeSettle struct {
 	rows map[string]json.RawMessage // order id → the whole invoice row before its last settle
 }
 
-func (l *beforeSettle) Settle(ctx context.Context, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error) {
+func (l *beforeSettle) Settle(ctx context.Context, s order.Settlement) (bool, error) {
 	var row json.RawMessage
-	if err := l.pool.QueryRow(ctx, `SELECT to_jsonb(i) FROM invoice i WHERE order_id = $1`, orderID).Scan(&row); err != nil {
+	if err := l.pool.QueryRow(ctx, `SELECT to_jsonb(i) FROM invoice i WHERE order_id = $1`, s.OrderID).Scan(&row); err != nil {
 		return false, fmt.Errorf("test: the row before the settle: %w", err)
 	}
 	l.mu.Lock()
-	l.rows[orderID] = row
+	l.rows[s.OrderID] = row
 	l.mu.Unlock()
-	return l.Store.Settle(ctx, orderID, key, status, chargeID)
+	return l.Store.Settle(ctx, s)
 }
 
 // loseSettle puts orderID's invoice back, every column, to what it was
@@ -74,7 +73,7 @@ func TestLostSettleIsRedoneFromTheGatewayReplay(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	ledger := &beforeSettle{Store: postgres.NewStore(pool), pool: pool, rows: map[string]json.RawMessage{}}
 	stub, client := startStub(t)
-	svc := order.NewBillingService(ledger, client, group)
+	svc := order.NewBillingService(ledger, client, group, order.WithAttemptTerms(shortAttempts))
 	evts := map[string]order.OrderConfirmedEvent{"ord-a": event(t, "ord-a"), "ord-b": event(t, "ord-b")}
 	firstCharge := map[string]string{}
 	for id, evt := range evts {
@@ -89,15 +88,17 @@ func TestLostSettleIsRedoneFromTheGatewayReplay(t *testing.T) {
 		}
 	}
 
-	// (a) The event comes back (its offset was not committed, or a replay).
-	if out, err := svc.Bill(ctx, evts["ord-a"]); err != nil || out != order.OutcomeCharged {
+	// (a) The event comes back (its offset was not committed, or a replay):
+	// it waits for the attempt the lost settle left alive, then resumes.
+	if out, err := billUntilFinal(ctx, t, svc, evts["ord-a"]); err != nil || out != order.OutcomeCharged {
 		t.Errorf("Bill(ord-a) again = %s, %v, want charged (resumed)", out, err)
 	}
-	// (b) Nothing comes back for ord-b: the completer finds it.
-	c := order.NewPendingCompleter(ledger.Store, svc, order.CompleterOptions{ResumeAfter: time.Nanosecond})
-	res, err := c.RunOnce(ctx)
-	if err != nil || res.Claimed != 1 || res.Outcomes[order.OutcomeCharged] != 1 {
-		t.Errorf("completer RunOnce() = %+v, %v, want ord-b claimed and charged", res, err)
+	// (b) Nothing comes back for ord-b: the completer finds it, once that
+	// attempt has ended.
+	c := order.NewPendingCompleter(ledger.Store, svc, order.CompleterOptions{ResumeAfter: time.Nanosecond, PassTimeout: 10 * time.Second, Backoff: time.Nanosecond})
+	charged := completeAll(ctx, t, c, 1)
+	if charged != 1 {
+		t.Errorf("completer charged %d, want ord-b", charged)
 	}
 
 	for id, evt := range evts {
@@ -118,6 +119,30 @@ func TestLostSettleIsRedoneFromTheGatewayReplay(t *testing.T) {
 			t.Errorf("replays for %s = %d, want 1: the second request under its key", id, replays)
 		}
 	}
+}
+
+// shortAttempts are attempt terms for tests that wait an attempt out: a
+// stub gateway answers in milliseconds, well inside a second.
+var shortAttempts = order.AttemptTerms{Life: time.Second, HoldAfter: 12 * time.Hour}
+
+// completeAll runs completer passes until one finds nothing pending left to
+// resume, and returns how many invoices the passes charged; want, when not
+// -1, is how many pending invoices there are to begin with.
+func completeAll(ctx context.Context, t *testing.T, c *order.PendingCompleter, want int) int {
+	t.Helper()
+	charged := 0
+	poll.Until(t, "the completer done with every pending invoice", 20*time.Second, func() bool {
+		res, err := c.RunOnce(ctx)
+		if err != nil || res.Failed != 0 || res.Stopped != nil {
+			t.Fatalf("completer RunOnce() = %+v, %v, want no failure", res, err)
+		}
+		charged += res.Outcomes[order.OutcomeCharged]
+		return res.Claimed == 0
+	})
+	if want >= 0 && charged != want {
+		t.Errorf("completer charged %d, want %d", charged, want)
+	}
+	return charged
 }
 
 func invoiceOf(ctx context.Context, t *testing.T, store *postgres.Store, orderID string) order.Invoice {
@@ -150,7 +175,7 @@ func TestSettlesSurviveAPostgresCrash(t *testing.T) {
 	var sizes groupSizes
 	store := postgres.NewStore(pool, postgres.WithGroups(1), sizes.option())
 	stub, client := startStub(t)
-	svc := order.NewBillingService(store, client, group)
+	svc := order.NewBillingService(store, client, group, order.WithAttemptTerms(shortAttempts))
 
 	const n = 40
 	evts := make([]order.OrderConfirmedEvent, n)
@@ -199,16 +224,16 @@ func TestSettlesSurviveAPostgresCrash(t *testing.T) {
 	}
 	t.Logf("settle groups %v; %d of %d invoices came back pending after the crash", sizes.of("settle"), lost, n)
 
-	// Half the events come back; the completer finds the rest.
+	// Half the events come back; the completer finds the rest, once the
+	// attempts the lost settles left alive have ended.
 	for _, evt := range evts[:n/2] {
-		if out, err := svc.Bill(ctx, evt); err != nil || (out != order.OutcomeCharged && out != order.OutcomeDuplicate) {
+		if out, err := billUntilFinal(ctx, t, svc, evt); err != nil || (out != order.OutcomeCharged && out != order.OutcomeDuplicate) {
 			t.Errorf("Bill(%s) again = %s, %v, want charged (resumed) or duplicate", evt.OrderID, out, err)
 		}
 	}
-	c := order.NewPendingCompleter(store, svc, order.CompleterOptions{ResumeAfter: time.Nanosecond, BatchSize: n})
-	if res, err := c.RunOnce(ctx); err != nil || res.Failed != 0 || res.Stopped != nil {
-		t.Errorf("completer RunOnce() = %+v, %v, want no failure", res, err)
-	}
+	c := order.NewPendingCompleter(store, svc, order.CompleterOptions{ResumeAfter: time.Nanosecond, BatchSize: n,
+		PassTimeout: 10 * time.Second, Backoff: time.Nanosecond})
+	completeAll(ctx, t, c, -1)
 
 	charges := map[string][]gatewaystub.Charge{}
 	for _, ch := range stub.Charges() {

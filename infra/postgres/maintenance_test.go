@@ -375,7 +375,7 @@ func TestReserveDuringAttachRetries(t *testing.T) {
 	for i, id := range []uuid.UUID{inDefault, newID} {
 		wg.Go(func() {
 			var r order.Reservation
-			r, insErr[i] = postgres.NewStore(pool).Reserve(ctx, pendingInvoice("ord-"+id.String(), id), group)
+			r, insErr[i] = postgres.NewStore(pool).Reserve(ctx, pendingInvoice("ord-"+id.String(), id), group, terms)
 			first[i] = r.FirstSeen
 		})
 	}

@@ -26,8 +26,8 @@ func TestMigrate0003RefusesSharedKeys(t *testing.T) {
 		t.Fatalf("Migrate() error = %v, want the shared event_id named", err)
 	}
 	pending, err := postgres.Pending(ctx, pool)
-	if err != nil || len(pending) != 1 || !strings.HasPrefix(pending[0], "0003_") {
-		t.Errorf("Pending() = %v, %v, want only 0003 left", pending, err)
+	if err != nil || len(pending) == 0 || !strings.HasPrefix(pending[0], "0003_") {
+		t.Errorf("Pending() = %v, %v, want 0003 and the later ones left", pending, err)
 	}
 
 	if _, err := pool.Exec(ctx, `UPDATE invoice SET event_id = '01934b4e-0000-7000-8000-000000000002' WHERE order_id = 'ord-b'`); err != nil {

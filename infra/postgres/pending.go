@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -46,18 +45,33 @@ func (s *Store) ClaimPending(ctx context.Context, c order.PendingClaim) ([]order
 	return invs, nil
 }
 
-// PendingStats implements order.PendingLedger from the partial index on
-// pending invoices.
+// PendingStats implements order.PendingLedger from the partial indexes on
+// pending and held invoices.
 func (s *Store) PendingStats(ctx context.Context) (order.PendingStats, error) {
 	var (
 		st     order.PendingStats
 		oldest float64
 	)
-	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8
-		FROM invoice WHERE status = 'pending'`).Scan(&st.Count, &oldest)
+	err := s.pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM invoice WHERE status = 'pending'),
+			(SELECT coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8 FROM invoice WHERE status = 'pending'),
+			(SELECT count(*) FROM invoice WHERE status = 'held')`).Scan(&st.Count, &oldest, &st.Held)
 	if err != nil {
 		return st, translate(ctx, fmt.Errorf("pending stats: %w", err))
 	}
-	st.Oldest = time.Duration(max(oldest, 0) * float64(time.Second))
+	st.Oldest = fromSeconds(oldest)
 	return st, nil
+}
+
+// HoldStale implements order.PendingLedger.
+func (s *Store) HoldStale(ctx context.Context, terms order.AttemptTerms) ([]string, error) {
+	if terms.HoldAfter <= 0 {
+		return nil, nil
+	}
+	rows, _ := s.pool.Query(ctx, sqlHoldStale, seconds(terms.HoldAfter), order.ReasonKeyAged)
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, translate(ctx, fmt.Errorf("hold stale invoices: %w", err))
+	}
+	return held, nil
 }

@@ -41,7 +41,7 @@ type Store struct {
 	pool     *pgxpool.Pool
 	policy   order.RetryPolicy // its InPlace schedule: retry
 	reserves *grouper[reserveReq, order.Reservation]
-	settles  *grouper[settleReq, bool]
+	settles  *grouper[order.Settlement, bool]
 }
 
 var _ order.Ledger = (*Store)(nil)
@@ -111,26 +111,40 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 	s.reserves = &grouper[reserveReq, order.Reservation]{
 		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.reserveGroup, observe: observe("reserve"),
 		// The order and the event id: one of each per statement; and one
-		// consumer group, which the statement takes once.
+		// consumer group and one set of attempt terms, which the statement
+		// takes once.
 		key:   func(r reserveReq) []string { return []string{"o:" + r.inv.OrderID, "e:" + r.inv.EventID.String()} },
-		joins: func(first, r reserveReq) bool { return first.group == r.group },
+		joins: func(first, r reserveReq) bool { return first.group == r.group && first.terms == r.terms },
 	}
-	s.settles = &grouper[settleReq, bool]{
+	s.settles = &grouper[order.Settlement, bool]{
 		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.settleGroup, observe: observe("settle"),
-		key: func(r settleReq) []string { return []string{r.orderID} },
+		key: func(r order.Settlement) []string { return []string{r.OrderID} },
 	}
 	return s
 }
 
 type reserveReq struct {
-	inv   order.Invoice
-	group string
+	inv     order.Invoice
+	group   string
+	terms   order.AttemptTerms
+	attempt int64 // the attempt id this event takes if it may send
+}
+
+// newAttemptID returns a random attempt id, never 0 (no attempt): ids only
+// tell one path's attempt from another's, so 63 random bits make a clash
+// between two attempts of one invoice a non-event.
+func newAttemptID() int64 {
+	for {
+		if id := rand.Int64(); id != 0 {
+			return id
+		}
+	}
 }
 
 // Reserve is the reserve transaction of order.Ledger, grouped with the
 // reserves of concurrent events (Store); see reserveGroup.
-func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (order.Reservation, error) {
-	req := reserveReq{inv: inv, group: group}
+func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string, terms order.AttemptTerms) (order.Reservation, error) {
+	req := reserveReq{inv: inv, group: group, terms: terms, attempt: newAttemptID()}
 	r, alone, err := s.reserves.do(ctx, req)
 	if alone {
 		var rs []order.Reservation
@@ -147,13 +161,17 @@ func (s *Store) Reserve(ctx context.Context, inv order.Invoice, group string) (o
 	return r, nil
 }
 
+// seconds is d in the seconds a statement's make_interval takes.
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
 // reserveGroup runs the reserve transaction of reqs (distinct orders and
-// event ids, one consumer group) in one round trip: sqlReserveGroup, then
-// the read of their invoices FOR UPDATE, in one pipeline (a pgx batch) that
-// Postgres runs as one implicit transaction, committed at its Sync, rolled
-// back whole if either statement fails. Rows are sent in order_id order, so
-// that concurrent groups lock invoices in the same order. A serialization
-// failure or deadlock runs it again (retry). The error is not translated.
+// event ids, one consumer group, one set of terms) in one round trip:
+// sqlReserveGroup, then the read of their invoices FOR UPDATE, in one
+// pipeline (a pgx batch) that Postgres runs as one implicit transaction,
+// committed at its Sync, rolled back whole if either statement fails. Rows
+// are sent in order_id order, so that concurrent groups lock invoices in
+// the same order. A serialization failure or deadlock runs it again
+// (retry). The error is not translated.
 func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveReq) ([]order.Reservation, error) {
 	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].inv.OrderID })
 	var (
@@ -162,13 +180,17 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 		customers  = make([]string, len(reqs))
 		amounts    = make([]int64, len(reqs))
 		currencies = make([]string, len(reqs))
+		attempts   = make([]int64, len(reqs))
 		byOrder    = make(map[string]int, len(reqs))
+		terms      = reqs[0].terms
 	)
 	for j, i := range idx {
-		inv := reqs[i].inv
-		orders[j], events[j], customers[j], amounts[j], currencies[j] = inv.OrderID, pgtype.UUID{Bytes: inv.EventID, Valid: true}, inv.CustomerID, inv.Amount, inv.Currency
-		byOrder[inv.OrderID] = i
+		r := reqs[i]
+		orders[j], events[j], customers[j], amounts[j], currencies[j], attempts[j] =
+			r.inv.OrderID, pgtype.UUID{Bytes: r.inv.EventID, Valid: true}, r.inv.CustomerID, r.inv.Amount, r.inv.Currency, r.attempt
+		byOrder[r.inv.OrderID] = i
 	}
+	life, holdAfter := seconds(terms.Life), seconds(terms.HoldAfter)
 	out := make([]order.Reservation, len(reqs))
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
@@ -177,21 +199,23 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 			// A group of one (every event, while they are few) as the
 			// per-event statement: for one row the set-based one costs
 			// the server more (bench: the two pgbench ceilings at G 1).
-			b.Queue(sqlReserveOne, orders[0], events[0], customers[0], amounts[0], currencies[0], reqs[0].group).
-				QueryRow(func(row pgx.Row) error { return row.Scan(&out[0].FirstSeen, &out[0].Reopened) })
+			b.Queue(sqlReserveOne, orders[0], events[0], customers[0], amounts[0], currencies[0], attempts[0], reqs[0].group,
+				life, holdAfter, order.ReasonKeyAged).
+				QueryRow(func(row pgx.Row) error { return row.Scan(&out[0].FirstSeen, &out[0].Reopened, &out[0].Held) })
 		} else {
 			b.Queue(sqlReservePrelude)
-			b.Queue(sqlReserveGroup, orders, events, customers, amounts, currencies, reqs[0].group).Query(func(rows pgx.Rows) error {
+			b.Queue(sqlReserveGroup, orders, events, customers, amounts, currencies, attempts, reqs[0].group,
+				life, holdAfter, order.ReasonKeyAged).Query(func(rows pgx.Rows) error {
 				var (
-					orderID             string
-					firstSeen, reopened bool
+					orderID                   string
+					firstSeen, reopened, held bool
 				)
-				_, err := pgx.ForEachRow(rows, []any{&orderID, &firstSeen, &reopened}, func() error {
+				_, err := pgx.ForEachRow(rows, []any{&orderID, &firstSeen, &reopened, &held}, func() error {
 					i, ok := byOrder[orderID]
 					if !ok {
 						return fmt.Errorf("reserve returned order %q, which it was not sent", orderID)
 					}
-					out[i].FirstSeen, out[i].Reopened = firstSeen, reopened
+					out[i].FirstSeen, out[i].Reopened, out[i].Held = firstSeen, reopened, held
 					return nil
 				})
 				return err
@@ -199,7 +223,11 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 		}
 		b.Queue(sqlInvoicesForUpdate, orders).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				inv, err := scanInvoice(rows)
+				var (
+					attempt int64
+					wait    float64
+				)
+				inv, err := scanInvoice(rows, &attempt, &wait)
 				if err != nil {
 					return err
 				}
@@ -208,12 +236,70 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 					return fmt.Errorf("reserve read order %q, which it was not sent", inv.OrderID)
 				}
 				out[i].Invoice, out[i].Found = inv, true
+				if inv.Status == order.StatusPending {
+					if attempt == reqs[i].attempt {
+						out[i].Attempt = attempt
+					} else {
+						out[i].Wait = fromSeconds(wait)
+					}
+				}
 			}
 			return rows.Err()
 		})
 		return q.SendBatch(ctx, b).Close()
 	})
 	return out, err
+}
+
+// fromSeconds is a statement's seconds as a Duration.
+func fromSeconds(s float64) time.Duration { return time.Duration(max(s, 0) * float64(time.Second)) }
+
+// TakeAttempt is order.Ledger's TakeAttempt: sqlTakeAttempt and the read of
+// the invoice, one pipeline, one transaction. Not grouped: the pending
+// completer takes one invoice at a time, far from the hot path.
+func (s *Store) TakeAttempt(ctx context.Context, orderID string, key uuid.UUID, terms order.AttemptTerms) (order.Take, error) {
+	attempt := newAttemptID()
+	var t order.Take
+	err := s.retry(ctx, func(ctx context.Context) error {
+		t = order.Take{}
+		b := &pgx.Batch{}
+		b.Queue(sqlTakeAttempt, orderID, pgtype.UUID{Bytes: key, Valid: true}, attempt, seconds(terms.Life), seconds(terms.HoldAfter),
+			order.ReasonKeyAged).QueryRow(func(row pgx.Row) error { return row.Scan(&t.Held) })
+		b.Queue(sqlInvoicesForUpdate, []string{orderID}).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var (
+					got  int64
+					wait float64
+				)
+				inv, err := scanInvoice(rows, &got, &wait)
+				if err != nil {
+					return err
+				}
+				t.Invoice, t.Found = inv, true
+				if inv.Status == order.StatusPending && inv.EventID == key {
+					if got == attempt {
+						t.Attempt = attempt
+					} else {
+						t.Wait = fromSeconds(wait)
+					}
+				}
+			}
+			return rows.Err()
+		})
+		return s.pool.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return order.Take{}, translate(ctx, fmt.Errorf("take the attempt of order %s key %s: %w", orderID, key, err))
+	}
+	return t, nil
+}
+
+// Release is order.Ledger's Release.
+func (s *Store) Release(ctx context.Context, orderID string, key uuid.UUID, attempt int64) error {
+	if _, err := s.pool.Exec(ctx, sqlReleaseAttempt, orderID, pgtype.UUID{Bytes: key, Valid: true}, attempt); err != nil {
+		return translate(ctx, fmt.Errorf("release the attempt of order %s: %w", orderID, err))
+	}
+	return nil
 }
 
 // byOrderID returns the indexes 0…n-1 sorted by orderID(i): a group's rows
@@ -231,29 +317,21 @@ func byOrderID(n int, orderID func(i int) string) []int {
 // errNotFinal rejects settling an invoice to a state that is not final.
 var errNotFinal = errors.New("status is not final")
 
-type settleReq struct {
-	orderID  string
-	key      uuid.UUID
-	status   order.InvoiceStatus
-	chargeID string
-}
-
 // Settle is the settle transaction of order.Ledger, grouped with the
 // settles of concurrent events (Store); see settleGroup.
-func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, status order.InvoiceStatus, chargeID string) (bool, error) {
-	if !status.Final() {
-		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", orderID, status, errNotFinal))
+func (s *Store) Settle(ctx context.Context, st order.Settlement) (bool, error) {
+	if !st.Status.Final() {
+		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", st.OrderID, st.Status, errNotFinal))
 	}
-	req := settleReq{orderID: orderID, key: key, status: status, chargeID: chargeID}
-	settled, alone, err := s.settles.do(ctx, req)
+	settled, alone, err := s.settles.do(ctx, st)
 	if alone {
 		var ss []bool
-		if ss, err = s.settleGroup(ctx, s.pool, []settleReq{req}); err == nil {
+		if ss, err = s.settleGroup(ctx, s.pool, []order.Settlement{st}); err == nil {
 			settled = ss[0]
 		}
 	}
 	if err != nil {
-		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", orderID, err))
+		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", st.OrderID, err))
 	}
 	return settled, nil
 }
@@ -282,19 +360,22 @@ func (s *Store) Settle(ctx context.Context, orderID string, key uuid.UUID, statu
 // back as the lost settle leaves it), and TestSettlesSurviveAPostgresCrash
 // (a real immediate shutdown of a durable server right after a group of
 // settles was acknowledged).
-func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq) ([]bool, error) {
-	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].orderID })
+func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []order.Settlement) ([]bool, error) {
+	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].OrderID })
 	var (
 		orders   = make([]string, len(reqs))
 		keys     = make([]pgtype.UUID, len(reqs))
+		attempts = make([]int64, len(reqs))
 		statuses = make([]string, len(reqs))
 		charges  = make([]string, len(reqs))
+		reasons  = make([]string, len(reqs))
 		byOrder  = make(map[string]int, len(reqs))
 	)
 	for j, i := range idx {
 		r := reqs[i]
-		orders[j], keys[j], statuses[j], charges[j] = r.orderID, pgtype.UUID{Bytes: r.key, Valid: true}, string(r.status), r.chargeID
-		byOrder[r.orderID] = i
+		orders[j], keys[j], attempts[j], statuses[j], charges[j], reasons[j] =
+			r.OrderID, pgtype.UUID{Bytes: r.Key, Valid: true}, r.Attempt, string(r.Status), r.ChargeID, r.Reason
+		byOrder[r.OrderID] = i
 	}
 	out := make([]bool, len(reqs))
 	err := s.retry(ctx, func(ctx context.Context) error {
@@ -303,11 +384,11 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq
 		b.Queue(sqlSettlePrelude)
 		if len(reqs) == 1 {
 			// As in reserveGroup: one row, the per-event statement.
-			b.Queue(sqlSettleOne, orders[0], keys[0], statuses[0], charges[0]).
+			b.Queue(sqlSettleOne, orders[0], keys[0], attempts[0], statuses[0], charges[0], reasons[0]).
 				Exec(func(tag pgconn.CommandTag) error { out[0] = tag.RowsAffected() == 1; return nil })
 			return q.SendBatch(ctx, b).Close()
 		}
-		b.Queue(sqlSettleGroup, orders, keys, statuses, charges).Query(func(rows pgx.Rows) error {
+		b.Queue(sqlSettleGroup, orders, keys, attempts, statuses, charges, reasons).Query(func(rows pgx.Rows) error {
 			var orderID string
 			_, err := pgx.ForEachRow(rows, []any{&orderID}, func() error {
 				i, ok := byOrder[orderID]

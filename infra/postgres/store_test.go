@@ -128,7 +128,7 @@ func TestRetryRealDeadlock(t *testing.T) {
 	pool.Reset()
 	store := postgres.NewStore(pool)
 	for _, id := range []string{"ord-a", "ord-b"} {
-		if _, err := store.Reserve(ctx, pendingInvoice(id, newEventID(t)), group); err != nil {
+		if _, err := store.Reserve(ctx, pendingInvoice(id, newEventID(t)), group, terms); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -178,7 +178,7 @@ func TestReserveCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 
-	_, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group)
+	_, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group, terms)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Reserve() error = %v, want context.Canceled", err)
 	}

@@ -51,7 +51,7 @@ func TestGroupedStatementSpanLinksItsEvents(t *testing.T) {
 		parents[i] = span.SpanContext()
 		wg.Go(func() {
 			defer span.End()
-			if _, err := store.Reserve(pctx, pendingInvoice("ord-"+string(rune('a'+i)), newEventID(t)), group); err != nil {
+			if _, err := store.Reserve(pctx, pendingInvoice("ord-"+string(rune('a'+i)), newEventID(t)), group, terms); err != nil {
 				t.Errorf("Reserve %d: %v", i, err)
 			}
 		})

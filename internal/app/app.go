@@ -67,6 +67,7 @@ type App struct {
 	srv     *http.Server
 	ln      net.Listener
 	pending *order.PendingCompleter
+	billing *order.BillingService // the consumers' and the completer's
 
 	cleanup   []func() // run in reverse by Close
 	closeOnce sync.Once
@@ -154,10 +155,13 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		IdleTimeout:  2 * time.Minute,
 	}
 
-	a.pending = order.NewPendingCompleter(a.store, order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID),
+	a.billing = order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID,
+		order.WithAttemptTerms(order.NewAttemptTerms(cfg.PaymentTimeout, cfg.GatewayKeyTTL)))
+	a.pending = order.NewPendingCompleter(a.store, a.billing,
 		order.CompleterOptions{ResumeAfter: cfg.PendingResumeAfter, Logger: log, Stats: func(s order.PendingStats) {
 			a.Metrics.InvoicesPending.Set(float64(s.Count))
 			a.Metrics.PendingOldest.Set(s.Oldest.Seconds())
+			a.Metrics.InvoicesHeld.Set(float64(s.Held))
 		}})
 	return a, nil
 }
@@ -455,8 +459,7 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafka.Consumer, func(), erro
 		routes.RetryTopics = append(routes.RetryTopics, cfg.RetryTopic(i+1))
 	}
 	router := kafka.NewRouter(writer, routes, a.Metrics, a.pause, a.log)
-	billing := order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID)
-	handler := kafka.NewOrderConfirmedHandler(billing, cfg.DefaultCurrency, kafka.WithTracerProvider(a.tune.Tracer))
+	handler := kafka.NewOrderConfirmedHandler(a.billing, cfg.DefaultCurrency, kafka.WithTracerProvider(a.tune.Tracer))
 
 	var (
 		consumers []*kafka.Consumer

@@ -33,6 +33,7 @@ type Metrics struct {
 	DBPool           *PoolCollector           // billing_db_pool_*, once Watch is called
 	InvoicesPending  prometheus.Gauge         // from Postgres, by the pending completer
 	PendingOldest    prometheus.Gauge         // from Postgres, by the pending completer
+	InvoicesHeld     prometheus.Gauge         // from Postgres, by the pending completer
 	Gathered         prometheus.Gatherer      // what /metrics serves
 }
 
@@ -101,11 +102,15 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 		}),
 		InvoicesPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "billing_invoices_pending",
-			Help: "Invoices pending in Postgres (all processes), as of the pending completer's last pass; a 422 keeps one pending for a person.",
+			Help: "Invoices pending in Postgres (all processes), as of the pending completer's last pass.",
 		}),
 		PendingOldest: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "billing_invoice_pending_oldest_seconds",
 			Help: "How long the oldest pending invoice has been pending under its Idempotency-Key, as of the pending completer's last pass; must stay well under BILLING_GATEWAY_KEY_TTL.",
+		}),
+		InvoicesHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_invoices_held",
+			Help: "Invoices held for a person in Postgres (all processes: a 422, or a key past half of BILLING_GATEWAY_KEY_TTL), as of the pending completer's last pass; settled with billing invoice resolve.",
 		}),
 		// Read from the brokers (high-water mark minus log start, summed over
 		// partitions), so it stays up after the dead letter that raised it:
@@ -136,7 +141,7 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
 		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool,
-		m.InvoicesPending, m.PendingOldest, m.HandlerPanics, m.DLQRecords, m.EventDelay, m.DBGroupEvents)
+		m.InvoicesPending, m.PendingOldest, m.InvoicesHeld, m.HandlerPanics, m.DLQRecords, m.EventDelay, m.DBGroupEvents)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

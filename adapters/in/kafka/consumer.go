@@ -328,6 +328,16 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 		case order.ActionLeave:
 			log().Info("event interrupted by shutdown, left uncommitted")
 			return
+		case order.ActionWait:
+			// Another path's attempt of the invoice is in flight, and this
+			// event has sent nothing: it looks again later, and gives way
+			// (uncommitted, for whoever owns the partition next) rather
+			// than hold up a rebalance or a drain.
+			if sleep(stop, d.Delay) != nil {
+				log().Info("event waiting for another attempt of its invoice gave way to shutdown or a rebalance, left uncommitted")
+				return
+			}
+			continue
 		case order.ActionPause:
 			var oe *order.OutageError
 			heldFor = "dependency"

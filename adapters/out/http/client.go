@@ -260,6 +260,9 @@ func (c *Client) Charge(ctx context.Context, req order.ChargeRequest) (order.Cha
 		// the streak that makes an outage on its first event instead of
 		// sending events through the tiers until then.
 		if !couldNotConnect(err) || order.Classify(err) != order.ClassTransient || attempt >= int(c.maxNoReply) {
+			if couldNotConnect(err) {
+				err = order.MarkChargeEnded(err) // nothing was sent
+			}
 			return res, err
 		}
 		t := time.NewTimer(time.Duration(attempt) * redialDelay)
@@ -306,13 +309,14 @@ func (c *Client) chargeOnce(ctx context.Context, req order.ChargeRequest) (order
 	if j, ok := errors.AsType[*judged](err); ok {
 		return res, j.err
 	}
+	// The breaker kept the call away: nothing was sent.
 	switch {
 	case errors.Is(err, gobreaker.ErrOpenState):
-		return order.ChargeResult{}, &order.OutageError{Dependency: order.DependencyGateway, RetryAfter: c.quietFor(),
-			Err: fmt.Errorf("%w (circuit breaker open; next probe within %v)", ErrCircuitOpen, c.coolDown)}
+		return order.ChargeResult{}, order.MarkChargeEnded(&order.OutageError{Dependency: order.DependencyGateway, RetryAfter: c.quietFor(),
+			Err: fmt.Errorf("%w (circuit breaker open; next probe within %v)", ErrCircuitOpen, c.coolDown)})
 	case errors.Is(err, gobreaker.ErrTooManyRequests):
-		return order.ChargeResult{}, &order.OutageError{Dependency: order.DependencyGateway, RetryAfter: c.quietFor(),
-			Err: fmt.Errorf("%w (circuit breaker half-open; a probe call is in flight)", ErrCircuitOpen)}
+		return order.ChargeResult{}, order.MarkChargeEnded(&order.OutageError{Dependency: order.DependencyGateway, RetryAfter: c.quietFor(),
+			Err: fmt.Errorf("%w (circuit breaker half-open; a probe call is in flight)", ErrCircuitOpen)})
 	}
 	return res, err
 }
@@ -411,7 +415,29 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 	if err != nil {
 		return c.noReply(ctx, rctx, resp, err)
 	}
-	return c.reply(resp, raw)
+	res, v, err := c.reply(resp, raw)
+	if err != nil && answeredUnexecuted(resp.StatusCode) {
+		err = order.MarkChargeEnded(err)
+	}
+	return res, v, err
+}
+
+// answeredUnexecuted reports whether a reply with status leaves nothing
+// under its key running at the gateway: the gateway refused to act on it
+// (429, 500, 503, 501…) or refused the service (401, 403). Not 502 and 504,
+// which a proxy in front of the gateway sends while the request may still
+// run behind it; not 409 in progress, which says a request under this key
+// runs there right now (an earlier one that timed out here); not a 2xx
+// without proof of a charge (202: accepted, maybe running); not a 4xx
+// refusal, whose invoice is settled anyway.
+func answeredUnexecuted(status int) bool {
+	switch status {
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		return false
+	case http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden:
+		return true
+	}
+	return status >= 500
 }
 
 // noReply maps a request that got no (complete) reply.
