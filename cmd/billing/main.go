@@ -3,6 +3,8 @@
 //	billing [run]          consume until SIGTERM/SIGINT, drain, commit, exit
 //	billing migrate        apply the embedded migrations
 //	billing dlq replay     copy DLQ records back to the main topic
+//	billing invoice resolve ORDER_ID (--charged ID | --declined | --rejected | --resume)
+//	                       a person's decision on a held invoice
 //	billing demo           run everything in-process against sample events
 //	billing version        print the version and VCS revision
 //	billing help           print usage (also -h, and <command> -h)
@@ -49,7 +51,7 @@ func reportFatal(w io.Writer, err error) {
 
 var errUsage = errors.New("usage")
 
-const usage = `usage: billing [run | migrate | dlq replay [--since RFC3339] [--limit N] [--dry-run] | demo | version | help]`
+const usage = `usage: billing [run | migrate | dlq replay [--since RFC3339] [--limit N] [--dry-run] | invoice resolve ORDER_ID (--charged CHARGE_ID | --declined | --rejected | --resume) | demo | version | help]`
 
 // commandHelp is what `billing <command> -h` prints. It is static text so
 // that help needs no configuration.
@@ -66,6 +68,9 @@ var commandHelp = map[string]string{
   --dry-run        write nothing; print how many records would be replayed`,
 	"dlq": `usage: billing dlq replay [--since RFC3339] [--limit N] [--dry-run]
   see billing dlq replay -h`,
+	"invoice resolve": invoiceResolveHelp,
+	"invoice": `usage: billing invoice resolve ORDER_ID (--charged CHARGE_ID | --declined | --rejected | --resume)
+  see billing invoice resolve -h`,
 	"demo": `usage: billing demo [flags]
   run the service in-process against an embedded broker, Postgres and gateway stub.`,
 	"version": `usage: billing version
@@ -94,6 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cmd == "dlq" && len(args) > 0 && args[0] == "replay" {
 		cmd, args = "dlq replay", args[1:]
 	}
+	if cmd == "invoice" && len(args) > 0 && args[0] == "resolve" {
+		cmd, args = "invoice resolve", args[1:]
+	}
 	// Help before anything reads the configuration: it must work on a
 	// machine where none is set.
 	if text, ok := commandHelp[cmd]; ok && wantsHelp(args) {
@@ -119,6 +127,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return dlqReplay(ctx, cfg, log, args, stdout, stderr)
+	case "invoice resolve":
+		cfg, log, err := load(stderr)
+		if err != nil {
+			return err
+		}
+		return invoiceResolve(ctx, cfg, log, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
 	case "version":
