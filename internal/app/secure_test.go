@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
@@ -135,6 +137,41 @@ func gatewayWithUserinfo(t *testing.T, base string) string {
 	return u.String()
 }
 
+// newGatewayTLSHarness is newHarnessLogged against gw, served over https
+// with the planted credentials in its URL; the service trusts gw's
+// certificate through clientTLS.
+func newGatewayTLSHarness(t *testing.T, gw *switchedGateway, clientTLS *tls.Config, pool *pgxpool.Pool, dsn string, logw io.Writer) *harness {
+	t.Helper()
+	kc := kafkatest.NewFake(t)
+	kafkatest.CreateTopics(t, kc.Brokers(), 3, testTopic)
+	cfg := testConfig(kc.Brokers(), dsn, gatewayWithUserinfo(t, gw.url()))
+	cfg.Normalize()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, logw: logw, store: postgres.NewStore(pool), pool: pool, gw: gw.stub, brokers: kc.Brokers(), cfg: cfg}
+	h.startWith(Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond,
+		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond,
+		GatewayTLS: clientTLS})
+	t.Cleanup(h.shutdown)
+	return h
+}
+
+// Credentials in the gateway URL over plain http stop the service at start,
+// with one line naming the variable and not the credentials.
+func TestGatewayCredentialsNeedTLS(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig([]string{"127.0.0.1:9"}, "postgres://billing@127.0.0.1:9/billing", gatewayWithUserinfo(t, "http://127.0.0.1:9"))
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("credentials over http accepted")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "BILLING_PAYMENT_BASE_URL") || strings.Contains(msg, "\n") {
+		t.Errorf("error %q: want one line naming BILLING_PAYMENT_BASE_URL", msg)
+	}
+	noSecrets(t, "the configuration error", err.Error())
+}
+
 // refusedAddr returns a loopback address nothing listens on.
 func refusedAddr(t *testing.T) string {
 	t.Helper()
@@ -182,7 +219,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 
 	t.Run("SASLprep refuses the password", func(t *testing.T) {
 		t.Parallel()
-		cfg := base([]string{"127.0.0.1:9"}, "http://127.0.0.1:9")
+		cfg := base([]string{"127.0.0.1:9"}, "https://127.0.0.1:9")
 		cfg.KafkaSASLMechanism = "scram-sha-256"
 		cfg.KafkaSASLPassword = plantedSASLPassword + "\u0007" // a control character: SASLprep prohibits it
 		_, err := New(context.Background(), cfg, Tuning{}, slog.New(slog.DiscardHandler))
@@ -218,25 +255,26 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 	}
 	t.Run("postgres unreachable at start", func(t *testing.T) {
 		t.Parallel()
-		cfg := base([]string{"127.0.0.1:9"}, "http://127.0.0.1:9")
+		cfg := base([]string{"127.0.0.1:9"}, "https://127.0.0.1:9")
 		cfg.DatabaseURL = config.Secret("postgres://billing:" + plantedDSNPassword + "@" + refusedAddr(t) + "/billing?sslmode=disable")
 		startAndStop(t, cfg, "postgres")
 	})
 	t.Run("kafka unreachable at start", func(t *testing.T) {
 		t.Parallel()
-		cfg := base([]string{refusedAddr(t)}, "http://127.0.0.1:9")
+		cfg := base([]string{refusedAddr(t)}, "https://127.0.0.1:9")
 		startAndStop(t, cfg, "kafka")
 	})
 
 	t.Run("gateway errors", func(t *testing.T) {
 		t.Parallel()
 		var logs syncbuf.Buffer
+		// Over https: credentials in the URL need it (config.Validate).
+		caFile, serverTLS := kafkatest.SelfSignedTLS(t)
 		gw := newSwitchedGateway(t)
+		gw.tls = serverTLS
 		gw.up()
 		pool, dsn := pgtest.NewDB(t)
-		h := newHarnessLogged(t, gw.stub, pool, withPassword(t, dsn), func(c *config.Config) {
-			c.PaymentBaseURL = gatewayWithUserinfo(t, gw.url())
-		}, &logs)
+		h := newGatewayTLSHarness(t, gw, kafkatest.ClientTLS(t, caFile), pool, withPassword(t, dsn), &logs)
 		// 500 on every call: through the tiers to the DLQ, errors in x-error.
 		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault { return gatewaystub.Fault{Status: 500} })
 		_, m := event(t, "ord-secret-1", "cus-1", 100)
