@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"io"
 	"log/slog"
 	"net"
@@ -103,7 +104,12 @@ const (
 	plantedGatewayUser  = "svc-planted-user"
 )
 
-var planted = []string{plantedDSNPassword, plantedSASLPassword, plantedGatewayPass, plantedGatewayUser}
+// planted are the planted secrets, with the gateway's credentials also as
+// a gateway that echoes the request would show them: the base64 of the
+// Basic Authorization header, and of the password alone.
+var planted = []string{plantedDSNPassword, plantedSASLPassword, plantedGatewayPass, plantedGatewayUser,
+	base64.StdEncoding.EncodeToString([]byte(plantedGatewayUser + ":" + plantedGatewayPass)),
+	base64.StdEncoding.EncodeToString([]byte(plantedGatewayPass))}
 
 // noSecrets fails the test for every planted secret found in text.
 func noSecrets(t *testing.T, where, text string) {
@@ -275,14 +281,21 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 		gw.up()
 		pool, dsn := pgtest.NewDB(t)
 		h := newGatewayTLSHarness(t, gw, kafkatest.ClientTLS(t, caFile), pool, withPassword(t, dsn), &logs)
-		// 500 on every call: through the tiers to the DLQ, errors in x-error.
-		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault { return gatewaystub.Fault{Status: 500} })
+		// 500 on every call, its message echoing the request's headers
+		// (our Authorization header): through the tiers to the DLQ, errors
+		// in x-error.
+		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault {
+			return gatewaystub.Fault{Status: 500, EchoRequest: true}
+		})
 		_, m := event(t, "ord-secret-1", "cus-1", 100)
 		h.send(m)
 		dlq := kafkatest.ReadAll(t, h.brokers, h.cfg.KafkaDLQTopic, 1, 20*time.Second)
 		for _, rec := range dlq {
 			for _, hd := range rec.Headers {
 				noSecrets(t, "DLQ header "+hd.Key, string(hd.Value))
+				if hd.Key == "x-error" && !strings.Contains(string(hd.Value), "request headers: Authorization: ") {
+					t.Errorf("x-error %q: want the gateway's echo (scrubbed); the test saw no echo", hd.Value)
+				}
 			}
 		}
 		// Connections refused: an outage, logged with the error.
@@ -295,8 +308,10 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 		})
 		gw.up()
 		h.waitInvoice("ord-secret-2", order.StatusCharged)
-		// 401: an outage, logged with the gateway's answer.
-		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault { return gatewaystub.Fault{Status: 401} })
+		// 401: an outage, logged with the gateway's answer (an echo).
+		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault {
+			return gatewaystub.Fault{Status: 401, EchoRequest: true}
+		})
 		_, m = event(t, "ord-secret-3", "cus-1", 100)
 		h.send(m)
 		poll.Until(t, "the 401 pause logged", 15*time.Second, func() bool { return strings.Contains(logs.String(), "credentials refused") })
