@@ -50,8 +50,9 @@ func Run(ctx context.Context, kc *kafkaclient.Cluster, dlq, topic string, o Opti
 // Nothing a DLQ record says is trusted: a stub (x-value-omitted) is
 // replayed from its original only when x-original-topic is topic or one of
 // o.Tiers, x-original-partition a partition of it and x-original-offset an
-// offset; any other stub, and one whose original is gone, is skipped,
-// logged and counted in Result.Skipped, and the replay goes on.
+// offset that partition still holds; any other stub, and one whose
+// original is not the same record, is skipped, logged and counted in
+// Result.Skipped, and the replay goes on.
 func Replay(ctx context.Context, kc *kafkaclient.Cluster, dlq, topic string, o Options, log *slog.Logger) (Result, error) {
 	rp := &replayer{kc: kc, dlq: dlq, topic: topic, o: o, log: log,
 		origins: map[string]bool{topic: true}, partitions: map[string]int{}}
