@@ -124,3 +124,33 @@ func TestComposeLocalLook(t *testing.T) {
 		t.Errorf("billing BILLING_HTTP_ADDR %v, want :8080 (Prometheus scrapes billing:8080)", got)
 	}
 }
+
+// TestComposePortsOnLoopback: every port the local look publishes is bound
+// to 127.0.0.1. They expose Postgres with billing/billing, plaintext Kafka,
+// WireMock's admin API, Prometheus with --web.enable-lifecycle and Grafana
+// with admin/admin and anonymous access: on every interface, anyone on the
+// network could use them.
+func TestComposePortsOnLoopback(t *testing.T) {
+	t.Parallel()
+	p := loadComposeProject(t)
+	published := 0
+	for name, s := range p.Services {
+		for _, port := range s.Ports {
+			published++
+			if port.HostIP != "127.0.0.1" {
+				t.Errorf("service %s: port %d published on %q, want 127.0.0.1", name, port.Target, port.HostIP)
+			}
+		}
+	}
+	if published == 0 {
+		t.Error("no published port: the test checks nothing")
+	}
+	b, err := os.ReadFile(composeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, _, _ := strings.Cut(string(b), "\nname:")
+	if !strings.Contains(header, "127.0.0.1") {
+		t.Errorf("%s: the header comment does not say the ports are bound to 127.0.0.1", composeFile)
+	}
+}

@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -107,16 +109,7 @@ func TestStrimziExample(t *testing.T) {
 	tierPrefix, dlq := effective(t, cm, "BILLING_KAFKA_RETRY_TOPIC_PREFIX")+".", effective(t, cm, "BILLING_KAFKA_DLQ_TOPIC")
 
 	u := get[kafkaUser](t, r, "KafkaUser", appName)
-	granted := map[string]map[string]bool{} // type/pattern/name -> operations
-	for _, a := range u.Spec.Authorization.ACLs {
-		k := a.Resource.Type + "/" + a.Resource.PatternType + "/" + a.Resource.Name
-		if granted[k] == nil {
-			granted[k] = map[string]bool{}
-		}
-		for _, op := range a.Operations {
-			granted[k][op] = true
-		}
-	}
+	granted := grants(u)
 	manage := []string{"Read", "Write", "Describe", "Create", "DescribeConfigs", "AlterConfigs"}
 	for k, ops := range map[string][]string{
 		"topic/literal/" + topic:            {"Read", "Describe", "DescribeConfigs"},
@@ -130,6 +123,12 @@ func TestStrimziExample(t *testing.T) {
 				t.Errorf("KafkaUser %s: no %s on %s", u.Name, op, k)
 			}
 		}
+	}
+
+	// Least privilege: only `billing dlq replay` writes to the main topic,
+	// as its own user (TestStrimziReplayUser); the pods cannot.
+	if ops := allowed(u, "topic", topic); ops["Write"] || ops["All"] {
+		t.Errorf("KafkaUser %s may write to the main topic %s (%v): only the replay user may", u.Name, topic, keys(ops))
 	}
 
 	topics := map[string]int32{}
@@ -160,4 +159,77 @@ func TestStrimziExample(t *testing.T) {
 			}
 		}
 	}
+}
+
+// replayUser is the KafkaUser `billing dlq replay` runs as (deploy/README.md).
+const replayUser = appName + "-replay"
+
+// TestStrimziReplayUser: `billing dlq replay` has a user of its own that may
+// do what replay does and nothing else: read the DLQ, read a stub's
+// original (the main topic or a tier), write the main topic; no group, no
+// write anywhere else, no topic management.
+func TestStrimziReplayUser(t *testing.T) {
+	t.Parallel()
+	r := render(t, strimziDir)
+	cm := configMapNamed(t, render(t, baseDir), configMap)
+	topic, tierPrefix, dlq := effective(t, cm, "BILLING_KAFKA_TOPIC"),
+		effective(t, cm, "BILLING_KAFKA_RETRY_TOPIC_PREFIX")+".", effective(t, cm, "BILLING_KAFKA_DLQ_TOPIC")
+	u := get[kafkaUser](t, r, "KafkaUser", replayUser)
+	if u.Spec.Authentication.Type != get[kafkaUser](t, r, "KafkaUser", appName).Spec.Authentication.Type {
+		t.Errorf("KafkaUser %s authenticates by %q, want what the service's user does", u.Name, u.Spec.Authentication.Type)
+	}
+	want := map[string][]string{
+		"topic/" + topic:            {"Describe", "Read", "Write"},
+		"topic/" + tierPrefix + "1": {"Describe", "Read"},
+		"topic/" + dlq:              {"Describe", "Read"},
+		"group/" + appName:          nil,
+		"topic/some.other.topic":    nil,
+	}
+	for k, ops := range want {
+		typ, name, _ := strings.Cut(k, "/")
+		got := keys(allowed(u, typ, name))
+		slices.Sort(got)
+		if !slices.Equal(got, ops) {
+			t.Errorf("KafkaUser %s on %s: operations %v, want %v", u.Name, k, got, ops)
+		}
+	}
+	for _, a := range u.Spec.Authorization.ACLs {
+		if a.Resource.Type != "topic" {
+			t.Errorf("KafkaUser %s: ACL on %s %s, want topics only", u.Name, a.Resource.Type, a.Resource.Name)
+		}
+	}
+}
+
+// grants returns the operations of u's ACLs by type/pattern/name.
+func grants(u *kafkaUser) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, a := range u.Spec.Authorization.ACLs {
+		k := a.Resource.Type + "/" + a.Resource.PatternType + "/" + a.Resource.Name
+		if out[k] == nil {
+			out[k] = map[string]bool{}
+		}
+		for _, op := range a.Operations {
+			out[k][op] = true
+		}
+	}
+	return out
+}
+
+// allowed returns the operations u's ACLs allow on the resource typ/name,
+// through literal names, prefixes and the "*" wildcard alike.
+func allowed(u *kafkaUser, typ, name string) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range u.Spec.Authorization.ACLs {
+		res := a.Resource
+		match := res.Name == "*" ||
+			(res.PatternType == "prefix" && strings.HasPrefix(name, res.Name)) ||
+			((res.PatternType == "literal" || res.PatternType == "") && res.Name == name)
+		if res.Type != typ || !match {
+			continue
+		}
+		for _, op := range a.Operations {
+			out[op] = true
+		}
+	}
+	return out
 }

@@ -410,6 +410,8 @@ func TestBadConfigurationStopsWithOneLine(t *testing.T) {
 		{"BILLING_KAFKA_BROKERS", ""},
 		{"BILLING_PAYMENT_TIMEOUT", "soon"},
 		{"BILLING_MAX_IN_FLIGHT", "-4"},
+		// Credentials over plain http (the last value of a variable wins).
+		{"BILLING_PAYMENT_BASE_URL", "http://svc:hunter2@127.0.0.1:1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

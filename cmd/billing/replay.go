@@ -23,6 +23,9 @@ func dlqReplay(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 		return errUsage
 	}
 	opts := replay.Options{Limit: *limit, DryRun: *dry}
+	for n := range len(cfg.RetryDelays) {
+		opts.Tiers = append(opts.Tiers, cfg.RetryTopic(n+1))
+	}
 	if *since != "" {
 		t, err := time.Parse(time.RFC3339Nano, *since)
 		if err != nil {
@@ -37,14 +40,16 @@ func dlqReplay(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 	if err != nil {
 		return err
 	}
-	n, err := replay.Run(ctx, kc, cfg.KafkaDLQTopic, cfg.KafkaTopic, opts, log)
+	res, err := replay.Replay(ctx, kc, cfg.KafkaDLQTopic, cfg.KafkaTopic, opts, log)
 	if err != nil {
 		return err
 	}
+	// Skipped records are stubs whose original cannot be replayed; each
+	// has its own log line saying why.
 	if *dry {
-		fmt.Fprintf(stdout, "would replay %d records\n", n)
+		fmt.Fprintf(stdout, "would replay %d records, skip %d\n", res.Replayed, res.Skipped)
 	} else {
-		fmt.Fprintf(stdout, "replayed %d records\n", n)
+		fmt.Fprintf(stdout, "replayed %d records, skipped %d\n", res.Replayed, res.Skipped)
 	}
 	return nil
 }

@@ -46,6 +46,10 @@ type Tuning struct {
 	// Tracer records the spans of each record (nil: none); its owner
 	// flushes it after Run returns.
 	Tracer trace.TracerProvider
+	// GatewayTLS is the TLS configuration of the gateway client (nil: the
+	// system's roots); tests trust their stub's certificate with it, since
+	// credentials in BILLING_PAYMENT_BASE_URL need https.
+	GatewayTLS *tls.Config
 }
 
 // App is one billing process: New builds it, Run runs it, Close releases
@@ -131,7 +135,8 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		httpgateway.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
 		httpgateway.WithIdleConns(max(cfg.MaxInFlight, 2)),
 		httpgateway.WithLogger(log),
-		httpgateway.WithTracerProvider(tune.Tracer))
+		httpgateway.WithTracerProvider(tune.Tracer),
+		httpgateway.WithTLSConfig(tune.GatewayTLS))
 	if err != nil {
 		return nil, fmt.Errorf("payment client: %w", err)
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -32,6 +33,7 @@ type switchedGateway struct {
 	mu   sync.Mutex
 	srv  *http.Server
 	done chan error
+	tls  *tls.Config // serves https with it when not nil
 }
 
 // newSwitchedGateway returns a gateway that is down (nothing listens).
@@ -50,7 +52,12 @@ func newSwitchedGateway(t *testing.T) *switchedGateway {
 	return g
 }
 
-func (g *switchedGateway) url() string { return "http://" + g.addr }
+func (g *switchedGateway) url() string {
+	if g.tls != nil {
+		return "https://" + g.addr
+	}
+	return "http://" + g.addr
+}
 
 // up starts serving on the gateway's port.
 func (g *switchedGateway) up() {
@@ -58,6 +65,9 @@ func (g *switchedGateway) up() {
 	ln, err := net.Listen("tcp", g.addr)
 	if err != nil {
 		g.t.Fatalf("gateway back on %s: %v", g.addr, err)
+	}
+	if g.tls != nil {
+		ln = tls.NewListener(ln, g.tls)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/base64"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
@@ -101,7 +104,12 @@ const (
 	plantedGatewayUser  = "svc-planted-user"
 )
 
-var planted = []string{plantedDSNPassword, plantedSASLPassword, plantedGatewayPass, plantedGatewayUser}
+// planted are the planted secrets, with the gateway's credentials also as
+// a gateway that echoes the request would show them: the base64 of the
+// Basic Authorization header, and of the password alone.
+var planted = []string{plantedDSNPassword, plantedSASLPassword, plantedGatewayPass, plantedGatewayUser,
+	base64.StdEncoding.EncodeToString([]byte(plantedGatewayUser + ":" + plantedGatewayPass)),
+	base64.StdEncoding.EncodeToString([]byte(plantedGatewayPass))}
 
 // noSecrets fails the test for every planted secret found in text.
 func noSecrets(t *testing.T, where, text string) {
@@ -133,6 +141,41 @@ func gatewayWithUserinfo(t *testing.T, base string) string {
 	}
 	u.User = url.UserPassword(plantedGatewayUser, plantedGatewayPass)
 	return u.String()
+}
+
+// newGatewayTLSHarness is newHarnessLogged against gw, served over https
+// with the planted credentials in its URL; the service trusts gw's
+// certificate through clientTLS.
+func newGatewayTLSHarness(t *testing.T, gw *switchedGateway, clientTLS *tls.Config, pool *pgxpool.Pool, dsn string, logw io.Writer) *harness {
+	t.Helper()
+	kc := kafkatest.NewFake(t)
+	kafkatest.CreateTopics(t, kc.Brokers(), 3, testTopic)
+	cfg := testConfig(kc.Brokers(), dsn, gatewayWithUserinfo(t, gw.url()))
+	cfg.Normalize()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, logw: logw, store: postgres.NewStore(pool), pool: pool, gw: gw.stub, brokers: kc.Brokers(), cfg: cfg}
+	h.startWith(Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond,
+		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond,
+		GatewayTLS: clientTLS})
+	t.Cleanup(h.shutdown)
+	return h
+}
+
+// Credentials in the gateway URL over plain http stop the service at start,
+// with one line naming the variable and not the credentials.
+func TestGatewayCredentialsNeedTLS(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig([]string{"127.0.0.1:9"}, "postgres://billing@127.0.0.1:9/billing", gatewayWithUserinfo(t, "http://127.0.0.1:9"))
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("credentials over http accepted")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "BILLING_PAYMENT_BASE_URL") || strings.Contains(msg, "\n") {
+		t.Errorf("error %q: want one line naming BILLING_PAYMENT_BASE_URL", msg)
+	}
+	noSecrets(t, "the configuration error", err.Error())
 }
 
 // refusedAddr returns a loopback address nothing listens on.
@@ -182,7 +225,7 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 
 	t.Run("SASLprep refuses the password", func(t *testing.T) {
 		t.Parallel()
-		cfg := base([]string{"127.0.0.1:9"}, "http://127.0.0.1:9")
+		cfg := base([]string{"127.0.0.1:9"}, "https://127.0.0.1:9")
 		cfg.KafkaSASLMechanism = "scram-sha-256"
 		cfg.KafkaSASLPassword = plantedSASLPassword + "\u0007" // a control character: SASLprep prohibits it
 		_, err := New(context.Background(), cfg, Tuning{}, slog.New(slog.DiscardHandler))
@@ -218,33 +261,41 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 	}
 	t.Run("postgres unreachable at start", func(t *testing.T) {
 		t.Parallel()
-		cfg := base([]string{"127.0.0.1:9"}, "http://127.0.0.1:9")
+		cfg := base([]string{"127.0.0.1:9"}, "https://127.0.0.1:9")
 		cfg.DatabaseURL = config.Secret("postgres://billing:" + plantedDSNPassword + "@" + refusedAddr(t) + "/billing?sslmode=disable")
 		startAndStop(t, cfg, "postgres")
 	})
 	t.Run("kafka unreachable at start", func(t *testing.T) {
 		t.Parallel()
-		cfg := base([]string{refusedAddr(t)}, "http://127.0.0.1:9")
+		cfg := base([]string{refusedAddr(t)}, "https://127.0.0.1:9")
 		startAndStop(t, cfg, "kafka")
 	})
 
 	t.Run("gateway errors", func(t *testing.T) {
 		t.Parallel()
 		var logs syncbuf.Buffer
+		// Over https: credentials in the URL need it (config.Validate).
+		caFile, serverTLS := kafkatest.SelfSignedTLS(t)
 		gw := newSwitchedGateway(t)
+		gw.tls = serverTLS
 		gw.up()
 		pool, dsn := pgtest.NewDB(t)
-		h := newHarnessLogged(t, gw.stub, pool, withPassword(t, dsn), func(c *config.Config) {
-			c.PaymentBaseURL = gatewayWithUserinfo(t, gw.url())
-		}, &logs)
-		// 500 on every call: through the tiers to the DLQ, errors in x-error.
-		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault { return gatewaystub.Fault{Status: 500} })
+		h := newGatewayTLSHarness(t, gw, kafkatest.ClientTLS(t, caFile), pool, withPassword(t, dsn), &logs)
+		// 500 on every call, its message echoing the request's headers
+		// (our Authorization header): through the tiers to the DLQ, errors
+		// in x-error.
+		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault {
+			return gatewaystub.Fault{Status: 500, EchoRequest: true}
+		})
 		_, m := event(t, "ord-secret-1", "cus-1", 100)
 		h.send(m)
 		dlq := kafkatest.ReadAll(t, h.brokers, h.cfg.KafkaDLQTopic, 1, 20*time.Second)
 		for _, rec := range dlq {
 			for _, hd := range rec.Headers {
 				noSecrets(t, "DLQ header "+hd.Key, string(hd.Value))
+				if hd.Key == "x-error" && !strings.Contains(string(hd.Value), "request headers: Authorization: ") {
+					t.Errorf("x-error %q: want the gateway's echo (scrubbed); the test saw no echo", hd.Value)
+				}
 			}
 		}
 		// Connections refused: an outage, logged with the error.
@@ -257,8 +308,10 @@ func TestPlantedSecretsNeverShow(t *testing.T) {
 		})
 		gw.up()
 		h.waitInvoice("ord-secret-2", order.StatusCharged)
-		// 401: an outage, logged with the gateway's answer.
-		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault { return gatewaystub.Fault{Status: 401} })
+		// 401: an outage, logged with the gateway's answer (an echo).
+		gw.stub.SetFault(func(gatewaystub.Call, int) gatewaystub.Fault {
+			return gatewaystub.Fault{Status: 401, EchoRequest: true}
+		})
 		_, m = event(t, "ord-secret-3", "cus-1", 100)
 		h.send(m)
 		poll.Until(t, "the 401 pause logged", 15*time.Second, func() bool { return strings.Contains(logs.String(), "credentials refused") })

@@ -175,8 +175,14 @@ func (c Config) Validate() error {
 			return &Error{"BILLING_KAFKA_TLS_CA_FILE", "cannot be read"}
 		}
 	}
-	if u, err := url.Parse(c.PaymentBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, err := url.Parse(c.PaymentBaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return &Error{"BILLING_PAYMENT_BASE_URL", "must be an absolute http(s) URL"}
+	}
+	// User info is sent as basic authentication with every charge: over
+	// plain HTTP anyone on the path reads the gateway's credentials.
+	if _, hasPass := u.User.Password(); u.Scheme == "http" && (u.User.Username() != "" || hasPass) {
+		return &Error{"BILLING_PAYMENT_BASE_URL", "has credentials (user info) over plain http: use https"}
 	}
 	if c.PaymentTimeout <= 0 {
 		return &Error{"BILLING_PAYMENT_TIMEOUT", "must be positive"}

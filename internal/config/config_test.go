@@ -58,6 +58,11 @@ func TestLoadRejectsBadVariables(t *testing.T) {
 		{"BILLING_DATABASE_URL", "", "BILLING_DATABASE_URL"},
 		{"BILLING_PAYMENT_BASE_URL", "", "BILLING_PAYMENT_BASE_URL"},
 		{"BILLING_PAYMENT_BASE_URL", "gateway:8080", "BILLING_PAYMENT_BASE_URL"},
+		// Credentials over plain HTTP: anyone on the path reads them.
+		{"BILLING_PAYMENT_BASE_URL", "http://svc:s3cret@gateway:8080", "BILLING_PAYMENT_BASE_URL"},
+		{"BILLING_PAYMENT_BASE_URL", "HTTP://svc:s3cret@gateway:8080/v1", "BILLING_PAYMENT_BASE_URL"},
+		{"BILLING_PAYMENT_BASE_URL", "http://s3cret@gateway:8080", "BILLING_PAYMENT_BASE_URL"},
+		{"BILLING_PAYMENT_BASE_URL", "http://:s3cret@gateway:8080", "BILLING_PAYMENT_BASE_URL"},
 		{"BILLING_PAYMENT_TIMEOUT", "ten seconds", "BILLING_PAYMENT_TIMEOUT"},
 		{"BILLING_PAYMENT_TIMEOUT", "-1s", "BILLING_PAYMENT_TIMEOUT"},
 		{"BILLING_RETRY_DELAYS", "5s,soon", "BILLING_RETRY_DELAYS"},
@@ -134,5 +139,23 @@ func TestSecretMaskedInJSONAndSlog(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "localhost:9092") {
 		t.Fatalf("log line lacks the config: %s", buf.String())
+	}
+}
+
+// Credentials in the gateway URL go over TLS only; a URL without them may
+// be plain HTTP (a gateway reached through a sidecar, the local stub).
+func TestPaymentURLCredentialsNeedTLS(t *testing.T) {
+	for _, ok := range []string{"https://svc:s3cret@gateway:8443/v1", "https://s3cret@gateway", "http://gateway:8080", "http://gateway:8080/v1"} {
+		setBase(t)
+		t.Setenv("BILLING_PAYMENT_BASE_URL", ok)
+		if _, err := Load(); err != nil {
+			t.Errorf("BILLING_PAYMENT_BASE_URL=%s: %v", MaskURL(ok), err)
+		}
+	}
+	setBase(t)
+	t.Setenv("BILLING_PAYMENT_BASE_URL", "http://svc:s3cret@gateway:8080")
+	_, err := Load()
+	if err == nil || !strings.Contains(err.Error(), "https") {
+		t.Errorf("credentials over http: err = %v, want one saying https", err)
 	}
 }

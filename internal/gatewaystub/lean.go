@@ -184,7 +184,7 @@ func (s *Stub) answerLean(ctx context.Context, req leanRequest) (rep reply, rese
 	if msg != "" {
 		return invalid(msg), false, call, true
 	}
-	rep, reset = s.charge(ctx, call, body)
+	rep, reset = s.charge(ctx, call, body, nil)
 	return rep, reset, call, true
 }
 

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,6 +101,12 @@ type Fault struct {
 	ResetAfterCharge bool
 	// Delay is added to this request's latency.
 	Delay time.Duration
+	// EchoRequest, with Status, makes the error message repeat the
+	// request's headers, Authorization first, as a gateway's debug output
+	// (or a proxy's error page) might: what a hostile or careless gateway
+	// does with the service's credentials. StartLean's server keeps no
+	// headers to echo.
+	EchoRequest bool
 }
 
 // keyState is what the stub remembers of an Idempotency-Key whose request
@@ -340,7 +347,7 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	rep, reset := s.charge(r.Context(), call, body)
+	rep, reset := s.charge(r.Context(), call, body, r.Header)
 	switch {
 	case rep.status == 0: // closed or client gone while waiting
 	case reset:
@@ -354,7 +361,7 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // latency and applies the idempotency rules. It returns the reply, with
 // status 0 when there is none to give (the stub closed, or the client left
 // while waiting), and whether the connection is to be reset instead.
-func (s *Stub) charge(ctx context.Context, call Call, body Body) (reply, bool) {
+func (s *Stub) charge(ctx context.Context, call Call, body Body, hdr http.Header) (reply, bool) {
 	s.mu.Lock()
 	s.requests[call.Key]++
 	n, faultFn, latency, hold := s.requests[call.Key], s.fault, s.latency, s.hold
@@ -386,10 +393,29 @@ func (s *Stub) charge(ctx context.Context, call Call, body Body) (reply, bool) {
 		if !s.wait(ctx, wait) {
 			return reply{}, false
 		}
-		return reply{status: fault.Status, body: errorBody{Error: "injected_fault", Message: http.StatusText(fault.Status)}}, false
+		msg := http.StatusText(fault.Status)
+		if fault.EchoRequest {
+			msg = echo(hdr)
+		}
+		return reply{status: fault.Status, body: errorBody{Error: "injected_fault", Message: msg}}, false
 	}
 	rep := s.execute(ctx, call.Key, body, wait)
 	return rep, fault.ResetAfterCharge && rep.status != 0
+}
+
+// echo renders request headers as a debug dump, Authorization first.
+func echo(h http.Header) string {
+	var b strings.Builder
+	b.WriteString("request headers: Authorization: " + h.Get("Authorization"))
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b.WriteString("; " + k + ": " + strings.Join(h[k], ", "))
+	}
+	return b.String()
 }
 
 // execute applies the idempotency rules and, for the first request of a

@@ -416,6 +416,21 @@ func testFaultStatusDoesNotCharge(t *testing.T, start startFunc) {
 	}
 }
 
+// EchoRequest puts the request's headers, Authorization first, into the
+// error message of the injected status.
+func TestFaultEchoesRequest(t *testing.T) {
+	t.Parallel()
+	s, base := start(t, Options{})
+	s.SetFault(func(Call, int) Fault { return Fault{Status: http.StatusInternalServerError, EchoRequest: true} })
+	r := mustPost(t, newHTTPClient(t), base, "k-echo", body("ord-1", "cus-1"),
+		map[string]string{"Authorization": "Basic c3ZjOnB3", "X-Other": "1"})
+	msg, _ := r.body["message"].(string)
+	if r.status != http.StatusInternalServerError || !strings.HasPrefix(msg, "request headers: Authorization: Basic c3ZjOnB3") ||
+		!strings.Contains(msg, "X-Other: 1") {
+		t.Errorf("reply %d %v, want 500 echoing the headers, Authorization first", r.status, r.body)
+	}
+}
+
 func TestClientTimeoutStillCharges(t *testing.T) { forBothServers(t, testClientTimeoutStillCharges) }
 
 func testClientTimeoutStillCharges(t *testing.T, start startFunc) {

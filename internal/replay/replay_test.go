@@ -5,7 +5,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/replay"
+	"github.com/acme/billing/internal/syncbuf"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -121,4 +124,107 @@ func TestOriginalDropsValueOmitted(t *testing.T) {
 	if len(m.Headers) != 1 || m.Headers[0].Key != "traceparent" {
 		t.Errorf("headers %v", m.Headers)
 	}
+}
+
+// A DLQ stub whose x-original-partition is -1 must not panic replay
+// (kafka-go's NewReader panics on a negative partition).
+func TestReplayStubWithNegativePartitionDoesNotPanic(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.NewFake(t)
+	kafkatest.CreateTopics(t, c.Brokers(), 1, "main", "dlq")
+	write(t, c.Brokers(), "main", kafkago.Message{Key: []byte("k"), Value: []byte("the original")})
+	stub := routed("k", []byte{}, kafkago.Header{Key: kafkain.HeaderValueOmitted, Value: []byte("12")})
+	for i, h := range stub.Headers {
+		if h.Key == kafkain.HeaderOriginalPartition {
+			stub.Headers[i].Value = []byte("-1")
+		}
+	}
+	write(t, c.Brokers(), "dlq", stub)
+	n, err := replay.Run(context.Background(), newConn(t, c.Brokers()), "dlq", "main", replay.Options{}, quiet())
+	if err != nil || n != 0 {
+		t.Fatalf("Run = %d, %v; want 0 replayed, the stub skipped", n, err)
+	}
+}
+
+// stubAt is a DLQ stub (x-value-omitted) of key whose x-original-* headers
+// say topic, partition and offset.
+func stubAt(key, topic, partition, offset string) kafkago.Message {
+	m := routed(key, []byte{}, kafkago.Header{Key: kafkain.HeaderValueOmitted, Value: []byte("12")})
+	for i, h := range m.Headers {
+		switch h.Key {
+		case kafkain.HeaderOriginalTopic:
+			m.Headers[i].Value = []byte(topic)
+		case kafkain.HeaderOriginalPartition:
+			m.Headers[i].Value = []byte(partition)
+		case kafkain.HeaderOriginalOffset:
+			m.Headers[i].Value = []byte(offset)
+		}
+	}
+	return m
+}
+
+// Replay reads a stub's original only from the main topic or a configured
+// retry tier, at a partition that exists and an offset that is one; every
+// other stub is skipped, counted and logged, and replay goes on.
+func TestReplayTrustsNoOrigin(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.NewFake(t)
+	kafkatest.CreateTopics(t, c.Brokers(), 2, "main", "dlq", "main.retry.1", "payroll")
+	// Partition 0 of each readable topic holds one record of key "k" (the
+	// partitioner puts "k" where it puts it; the stubs name that partition).
+	own := kafkago.Message{Key: []byte("k"), Value: []byte("the original")}
+	write(t, c.Brokers(), "main", own)
+	write(t, c.Brokers(), "main.retry.1", kafkago.Message{Key: []byte("k"), Value: []byte("from the tier")})
+	write(t, c.Brokers(), "payroll", kafkago.Message{Key: []byte("k"), Value: []byte("someone else's secret")})
+	part := strconv.Itoa(kafkatest.ReadAll(t, c.Brokers(), "main", 1, 15*time.Second)[0].Partition)
+	other := strconv.Itoa(1 - mustAtoi(t, part))
+
+	good := []kafkago.Message{stubAt("k", "main", part, "0"), stubAt("k", "main.retry.1", part, "0")}
+	bad := []kafkago.Message{
+		stubAt("k", "payroll", part, "0"),      // readable, but not ours to replay
+		stubAt("k", "dlq", part, "0"),          // the DLQ itself
+		stubAt("k", "", part, "0"),             // no topic
+		stubAt("k", "main.retry.2", part, "0"), // not a configured tier
+		stubAt("k", "main", "-1", "0"),         // kafka-go panics on it
+		stubAt("k", "main", "2", "0"),          // no such partition
+		stubAt("k", "main", "2147483648", "0"), // not even an int32
+		stubAt("k", "main", " 0", "0"),
+		stubAt("k", "main", "zero", "0"),
+		stubAt("k", "main", part, "-2"), // kafka-go's "first offset"
+		stubAt("k", "main", part, "x"),
+		stubAt("k", "main", other, "0"), // an empty partition: nothing there
+		stubAt("k", "main", part, "7"),  // past the end
+	}
+	write(t, c.Brokers(), "dlq", append(append([]kafkago.Message{}, bad[:6]...), append(good, bad[6:]...)...)...)
+
+	o := replay.Options{Tiers: []string{"main.retry.1"}}
+	dry, err := replay.Replay(context.Background(), newConn(t, c.Brokers()), "dlq", "main", replay.Options{Tiers: o.Tiers, DryRun: true}, quiet())
+	if err != nil || dry != (replay.Result{Replayed: len(good), Skipped: len(bad)}) {
+		t.Fatalf("dry run = %+v, %v; want %d replayed, %d skipped", dry, err, len(good), len(bad))
+	}
+	var logs syncbuf.Buffer
+	got, err := replay.Replay(context.Background(), newConn(t, c.Brokers()), "dlq", "main", o, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil || got != (replay.Result{Replayed: len(good), Skipped: len(bad)}) {
+		t.Fatalf("Replay = %+v, %v; want %d replayed, %d skipped", got, err, len(good), len(bad))
+	}
+	if n := strings.Count(logs.String(), "dlq record without its value skipped"); n != len(bad) {
+		t.Errorf("%d skip lines logged, want one per skipped record (%d):\n%s", n, len(bad), logs.String())
+	}
+	out := kafkatest.ReadAll(t, c.Brokers(), "main", 1+len(good), 15*time.Second)
+	var values []string
+	for _, m := range out[1:] {
+		values = append(values, string(m.Value))
+	}
+	if want := []string{"the original", "from the tier"}; !slices.Equal(values, want) {
+		t.Errorf("replayed %q, want %q", values, want)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -14,10 +14,11 @@ import (
 // calls without a reply that makes an outage at any rate. The breaker opens
 // when, within the last Window, at least MinRequests calls finished and at
 // least FailureRatio of them failed. A failure is a call that says the
-// gateway is unwell: a 5xx, a 429, no reply (network error, timeout). A
-// decline, a 409, any other 4xx or 2xx is a working gateway and counts as a
-// success; a call the caller canceled (or whose caller's deadline passed)
-// counts as neither. While open, calls fail at once with an OutageError;
+// gateway is unwell: a 5xx, a 429, no reply (network error, timeout), a
+// reply it broke (headers over MaxReplyHeaderBytes). A decline, a 409, any
+// other 4xx or 2xx is a working gateway and counts as a success; a call
+// the caller canceled (or whose caller's deadline passed) counts as
+// neither. While open, calls fail at once with an OutageError;
 // after CoolDown one probe call goes through, and its success closes the
 // breaker, its failure opens it again.
 type BreakerSettings struct {

@@ -14,6 +14,7 @@ package httpgateway
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +40,18 @@ import (
 // dozen bytes, and a success reply that does not fit is treated as unreadable.
 const MaxReplyBytes = 64 << 10
 
+// MaxReplyHeaderBytes bounds the header section of a reply (the
+// transport's MaxResponseHeaderBytes; net/http's default is 10 MiB, read
+// into memory for each reply in flight). A gateway sends a few hundred
+// bytes of headers, a CDN or WAF in front of it a few KiB more (cookies, a
+// CSP): 64 KiB leaves room for several times that, the same bound as the
+// body, and keeps 64 charges in flight under 4 MiB of headers whatever
+// the gateway sends. A reply over it is a reply the gateway broke
+// (ErrReplyHeadersTooLarge): transient for the event, since the charge may
+// have been made and the same key makes the retry safe, and counted against
+// the gateway like a 5xx, since every call would meet it.
+const MaxReplyHeaderBytes = 64 << 10
+
 // Header names of the idempotency protocol (CONTRACT.md §6).
 const (
 	HeaderIdempotencyKey = "Idempotency-Key"
@@ -53,8 +66,9 @@ var _ order.PaymentGateway = (*Client)(nil)
 // Client charges orders at the payment gateway. It is safe for concurrent
 // use; create one per gateway and share it.
 type Client struct {
-	endpoint   string // POST target, userinfo included (net/http sends it as basic auth)
-	redacted   string // endpoint without userinfo, the only form that appears in errors and logs
+	endpoint   string    // POST target, userinfo included (net/http sends it as basic auth)
+	redacted   string    // endpoint without userinfo, the only form that appears in errors and logs
+	scrub      *scrubber // removes the userinfo from any text the gateway wrote
 	timeout    time.Duration
 	hc         *http.Client
 	requests   *prometheus.CounterVec
@@ -81,6 +95,7 @@ type options struct {
 	log      *slog.Logger
 	breaker  BreakerSettings
 	tp       trace.TracerProvider
+	tls      *tls.Config
 }
 
 // DefaultIdleConns is how many idle connections to the gateway the Client
@@ -95,16 +110,27 @@ func WithIdleConns(n int) Option {
 }
 
 // WithHTTPClient makes the Client send through hc instead of a client of its
-// own (WithIdleConns then has no effect). The Client uses a copy of hc that
-// does not follow redirects: a redirected POST may become a GET, and a
-// charge must never be re-sent anywhere but the configured endpoint.
+// own (WithIdleConns and WithTLSConfig then have no effect, and the bound
+// on reply headers is hc's transport's MaxResponseHeaderBytes: set it to
+// MaxReplyHeaderBytes). The Client uses a copy of hc that does not follow
+// redirects: a redirected POST may become a GET, and a charge must never be
+// re-sent anywhere but the configured endpoint.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(o *options) { o.hc = hc }
 }
 
-// WithMetrics makes the Client count every request in requests, by status
-// code ("error" when no reply arrived), and observe its latency in duration.
-// Either may be nil.
+// WithTLSConfig makes the Client's own transport use a clone of cfg, for
+// example to trust a gateway's private CA (RootCAs); without it, the
+// system's roots.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(o *options) { o.tls = cfg }
+}
+
+// WithMetrics makes the Client count every request in requests, by code
+// label (codeLabel: the status for the codes CONTRACT.md §6 names and the
+// registered 5xx codes, CodeOther for any other status, CodeNoReply when no
+// reply arrived), each created at zero, and observe its latency in
+// duration. Either may be nil.
 func WithMetrics(requests *prometheus.CounterVec, duration prometheus.Histogram) Option {
 	return func(o *options) { o.requests, o.duration = requests, duration }
 }
@@ -129,7 +155,7 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 	if timeout <= 0 {
 		return nil, fmt.Errorf("payment client: timeout %v, want > 0", timeout)
 	}
-	endpoint, redacted, err := chargesURL(baseURL)
+	endpoint, redacted, user, err := chargesURL(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("payment client: base URL: %w", err)
 	}
@@ -140,6 +166,7 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 	c := &Client{
 		endpoint: endpoint,
 		redacted: redacted,
+		scrub:    newScrubber(user),
 		timeout:  timeout,
 		requests: o.requests,
 		duration: o.duration,
@@ -161,10 +188,24 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 			idle = DefaultIdleConns
 		}
 		tr.MaxIdleConnsPerHost, tr.MaxIdleConns = idle, idle
+		// Also MAX_HEADER_LIST_SIZE over HTTP/2: net/http passes it on.
+		tr.MaxResponseHeaderBytes = MaxReplyHeaderBytes
+		if o.tls != nil {
+			tr.TLSClientConfig = o.tls.Clone()
+		}
 		c.hc = &http.Client{Transport: tr}
 	}
 	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	c.hc.Transport = traced(c.hc.Transport, o.tp)
+	base := c.hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	c.hc.Transport = traced(scrubbedTransport{base: base, s: c.scrub}, o.tp)
+	if c.requests != nil {
+		for _, code := range CodeLabels() {
+			c.requests.WithLabelValues(code)
+		}
+	}
 	c.breaker, c.coolDown = newBreaker(o.breaker, c.log)
 	c.maxNoReply = o.breaker.ConsecutiveNoReply
 	if c.maxNoReply <= 0 {
@@ -173,28 +214,29 @@ func NewClient(baseURL string, timeout time.Duration, opts ...Option) (*Client, 
 	return c, nil
 }
 
-// chargesURL returns the charge endpoint under base, and the same without
-// userinfo. Its errors never repeat base, which may hold a password.
-func chargesURL(base string) (endpoint, redacted string, err error) {
+// chargesURL returns the charge endpoint under base, the same without
+// userinfo, and the userinfo. Its errors never repeat base, which may hold
+// a password.
+func chargesURL(base string) (endpoint, redacted string, user *url.Userinfo, err error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		// url.Error repeats the whole URL, and its cause may quote a part
 		// of it ("invalid port \":pa55\" after host" when the @ is missing).
-		return "", "", errors.New("not a URL (details withheld: they may quote user info)")
+		return "", "", nil, errors.New("not a URL (details withheld: they may quote user info)")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", "", fmt.Errorf("scheme %q, want http or https", u.Scheme)
+		return "", "", nil, fmt.Errorf("scheme %q, want http or https", u.Scheme)
 	}
 	if u.Host == "" {
-		return "", "", errors.New("no host")
+		return "", "", nil, errors.New("no host")
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return "", "", errors.New("has a query or fragment, want a plain base URL")
+		return "", "", nil, errors.New("has a query or fragment, want a plain base URL")
 	}
 	u = u.JoinPath("charges")
-	endpoint = u.String()
+	endpoint, user = u.String(), u.User
 	u.User = nil
-	return endpoint, u.String(), nil
+	return endpoint, u.String(), user, nil
 }
 
 // Healthy reports whether the breaker lets calls through (it is closed, or
@@ -241,6 +283,9 @@ type chargeReply struct {
 //     the invoice becomes rejected).
 //   - 429, 5xx, and any other status (a 3xx: redirects are not followed):
 //     *order.TransientError, RetryAfter from the Retry-After header.
+//   - A reply with over MaxReplyHeaderBytes of headers: a
+//     *order.TransientError wrapping ErrReplyHeadersTooLarge, counted
+//     against the gateway like a 5xx (not as a call without a reply).
 //   - No reply (timeout, connection refused or reset, EOF, DNS, TLS): a
 //     *order.TransientError, since a missing reply says nothing about
 //     whether the gateway charged; the same key makes the retry safe.
@@ -252,6 +297,10 @@ type chargeReply struct {
 //     calling the gateway; its RetryAfter is what is left of the longest
 //     Retry-After of the 429 and 5xx replies (those that count against the
 //     gateway), so that held events do not probe it sooner.
+//
+// Text the gateway wrote (its error and message, a wrong charge status, a
+// malformed reply that net/http quotes) appears in errors only without the
+// user info of the base URL, in any encoding (scrubber), and cut short.
 func (c *Client) Charge(ctx context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := c.chargeOnce(ctx, req)
@@ -400,9 +449,9 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 	if c.duration != nil {
 		c.duration.Observe(elapsed.Seconds())
 	}
-	code := "error"
+	code := CodeNoReply
 	if resp != nil {
-		code = strconv.Itoa(resp.StatusCode)
+		code = codeLabel(resp.StatusCode)
 	}
 	if c.requests != nil {
 		c.requests.WithLabelValues(code).Inc()
@@ -413,6 +462,13 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 	}
 
 	if err != nil {
+		if errors.Is(err, ErrReplyHeadersTooLarge) && ctx.Err() == nil {
+			// A reply the gateway broke, not a missing one: it does
+			// answer, so it is no part of the streak of calls without a
+			// reply, but every call would meet it.
+			return order.ChargeResult{}, verdictUnhealthy, &order.TransientError{Op: op,
+				Err: fmt.Errorf("POST %s: %w", c.redacted, redact(err))}
+		}
 		return c.noReply(ctx, rctx, resp, err)
 	}
 	res, v, err := c.reply(resp, raw)
@@ -482,7 +538,7 @@ func (c *Client) reply(resp *http.Response, raw []byte) (order.ChargeResult, ver
 			return order.ChargeResult{}, verdictHealthy, c.transient(resp, "%d with %v", status, bodyErr)
 		}
 		if body.Status != "succeeded" {
-			return order.ChargeResult{}, verdictHealthy, c.transient(resp, "%d with charge status %q, want \"succeeded\"", status, oneLine(body.Status))
+			return order.ChargeResult{}, verdictHealthy, c.transient(resp, "%d with charge status %q, want \"succeeded\"", status, c.scrub.clean(body.Status))
 		}
 		// "succeeded" is the proof; a missing charge_id does not undo it
 		// (the invoice's charge_id may be empty, as after a plain 409).
@@ -504,10 +560,10 @@ func (c *Client) reply(resp *http.Response, raw []byte) (order.ChargeResult, ver
 		// would get the same answer (CONTRACT.md §6).
 		return order.ChargeResult{}, verdictHealthy, &order.OutageError{Dependency: order.DependencyGateway,
 			RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now()),
-			Err:        fmt.Errorf("%s: POST %s: %d %s: credentials refused%s", op, c.redacted, status, http.StatusText(status), detail(body))}
+			Err:        fmt.Errorf("%s: POST %s: %d %s: credentials refused%s", op, c.redacted, status, http.StatusText(status), c.detail(body))}
 
 	case status == http.StatusTooManyRequests || status >= 500:
-		return order.ChargeResult{}, verdictUnhealthy, c.transient(resp, "%d %s%s", status, http.StatusText(status), detail(body))
+		return order.ChargeResult{}, verdictUnhealthy, c.transient(resp, "%d %s%s", status, http.StatusText(status), c.detail(body))
 
 	case status >= 400:
 		// 422: the key was used with another body, money may have moved
@@ -518,7 +574,7 @@ func (c *Client) reply(resp *http.Response, raw []byte) (order.ChargeResult, ver
 		}
 		return order.ChargeResult{}, verdictHealthy, &order.PermanentError{Op: op, Err: &order.ChargeRefusedError{
 			Kind: kind, StatusCode: status,
-			Err: fmt.Errorf("POST %s: %d %s%s", c.redacted, status, http.StatusText(status), detail(body))}}
+			Err: fmt.Errorf("POST %s: %d %s%s", c.redacted, status, http.StatusText(status), c.detail(body))}}
 
 	case status >= 200 && status < 300: // 202, 204…: not the contract's proof of a charge
 		return order.ChargeResult{}, verdictHealthy, c.transient(resp, "%d %s, want 200 or 201", status, http.StatusText(status))
@@ -560,8 +616,8 @@ func retryAfter(v string, now time.Time) time.Duration {
 const maxDetail = 200
 
 // detail returns the gateway's error code and message for an error text,
-// one line and bounded, or "".
-func detail(b chargeReply) string {
+// without the service's credentials, one line and bounded, or "".
+func (c *Client) detail(b chargeReply) string {
 	s := b.Error
 	if b.Message != "" {
 		if s != "" {
@@ -572,20 +628,24 @@ func detail(b chargeReply) string {
 	if s == "" {
 		return ""
 	}
-	return " (" + oneLine(s) + ")"
+	return " (" + c.scrub.clean(s) + ")"
 }
 
 // oneLine makes text from the gateway safe for a one-line error: control
-// characters become spaces and it is cut to maxDetail bytes.
-func oneLine(s string) string {
+// characters become spaces and it is cut to maxDetail bytes. It does not
+// remove credentials: scrubber.clean does both.
+func oneLine(s string) string { return oneLineMax(s, maxDetail) }
+
+// oneLineMax is oneLine cutting at limit bytes.
+func oneLineMax(s string, limit int) string {
 	s = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
 			return ' '
 		}
 		return r
 	}, s)
-	if len(s) > maxDetail {
-		cut := maxDetail
+	if len(s) > limit {
+		cut := limit
 		for cut > 0 && !isRuneStart(s[cut]) {
 			cut--
 		}

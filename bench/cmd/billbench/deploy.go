@@ -16,11 +16,12 @@ import (
 // deployment is the manifest whose container settings the service runs with.
 const deployment = "deploy/base/deployment.yaml"
 
-// runtimeEnv returns the variables that the billing container of the
-// Deployment at path takes from its own resources (GOMEMLIMIT from
-// limits.memory; GOMAXPROCS too, should it come from limits.cpu), resolved
-// as the kubelet resolves a resourceFieldRef: the limit divided by the
-// divisor, rounded up. The service is measured as it runs in its pod.
+// runtimeEnv returns the Go runtime variables of the billing container of
+// the Deployment at path: those set to a value (GOMEMLIMIT, a share of
+// limits.memory), and those it takes from its own resources (GOMAXPROCS,
+// should it come from limits.cpu), resolved as the kubelet resolves a
+// resourceFieldRef: the limit divided by the divisor, rounded up. The
+// service is measured as it runs in its pod.
 func runtimeEnv(path string) (map[string]string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -37,6 +38,10 @@ func runtimeEnv(path string) (map[string]string, error) {
 	c := d.Spec.Template.Spec.Containers[i]
 	out := map[string]string{}
 	for _, ev := range c.Env {
+		if ev.ValueFrom == nil && goRuntimeVars[ev.Name] {
+			out[ev.Name] = ev.Value
+			continue
+		}
 		if ev.ValueFrom == nil || ev.ValueFrom.ResourceFieldRef == nil {
 			continue
 		}
@@ -60,6 +65,9 @@ func runtimeEnv(path string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// goRuntimeVars are the variables of the Go runtime a manifest may set.
+var goRuntimeVars = map[string]bool{"GOMEMLIMIT": true, "GOMAXPROCS": true, "GOGC": true, "GODEBUG": true}
 
 // deploymentPath is the manifest under root.
 func deploymentPath(root string) string { return filepath.Join(root, deployment) }
