@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -117,6 +118,88 @@ func TestLostSettleIsRedoneFromTheGatewayReplay(t *testing.T) {
 		}
 		if replays != 1 {
 			t.Errorf("replays for %s = %d, want 1: the second request under its key", id, replays)
+		}
+	}
+}
+
+// TestLostSettleOfEveryOutcome (store.go, settleGroup: why the settle need
+// not be durable, for each final status but charged, which the test above
+// covers): a lost settle of a decline, a rejection (400, the gateway stores
+// nothing) or a hold (422) leaves the invoice pending under the key that
+// was sent; the redelivered event, or the completer when none comes back,
+// sends the same key again, the gateway answers it as before, and the
+// invoice ends as it was: nothing charged, no second key.
+func TestLostSettleOfEveryOutcome(t *testing.T) {
+	t.Parallel()
+	for _, status := range []order.InvoiceStatus{order.StatusDeclined, order.StatusRejected, order.StatusHeld} {
+		for _, byCompleter := range []bool{false, true} {
+			name := string(status) + ", the event comes back"
+			if byCompleter {
+				name = string(status) + ", the completer finds it"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				ctx := testCtx(t)
+				pool, _ := pgtest.NewDB(t)
+				ledger := &beforeSettle{Store: postgres.NewStore(pool), pool: pool, rows: map[string]json.RawMessage{}}
+				stub, client := startStub(t)
+				svc := order.NewBillingService(ledger, client, group, order.WithAttemptTerms(shortAttempts))
+				evt := event(t, "ord-1")
+				switch status {
+				case order.StatusDeclined:
+					evt.CustomerID = "declined-1" // the stub declines these customers
+				case order.StatusRejected:
+					refuseKey(stub, evt.EventID, http.StatusBadRequest)
+				case order.StatusHeld:
+					refuseKey(stub, evt.EventID, http.StatusUnprocessableEntity)
+				}
+				check := func(when string) {
+					t.Helper()
+					if inv := invoiceOf(ctx, t, ledger.Store, "ord-1"); inv.Status != status || inv.EventID != evt.EventID {
+						t.Fatalf("invoice %s = %s under %s, want %s under %s", when, inv.Status, inv.EventID, status, evt.EventID)
+					}
+				}
+				bill := func() {
+					t.Helper()
+					out, err := billUntilFinal(ctx, t, svc, evt)
+					if status == order.StatusDeclined && (err != nil || out != order.OutcomeDeclined) {
+						t.Fatalf("Bill() = %s, %v, want declined", out, err)
+					}
+					if status != order.StatusDeclined && order.Classify(err) != order.ClassPermanent {
+						t.Fatalf("Bill() = %s, %v, want a permanent error (the DLQ)", out, err)
+					}
+				}
+				bill()
+				check("after the first settle")
+				ledger.loseSettle(ctx, t, "ord-1")
+				if inv := invoiceOf(ctx, t, ledger.Store, "ord-1"); inv.Status != order.StatusPending {
+					t.Fatalf("invoice after the lost settle = %s, want pending", inv.Status)
+				}
+				if byCompleter {
+					c := order.NewPendingCompleter(ledger.Store, svc, order.CompleterOptions{ResumeAfter: time.Nanosecond,
+						PassTimeout: 10 * time.Second, Backoff: time.Nanosecond})
+					poll.Until(t, "the completer to settle the invoice again", 20*time.Second, func() bool {
+						if _, err := c.RunOnce(ctx); err != nil {
+							t.Fatal(err)
+						}
+						return invoiceOf(ctx, t, ledger.Store, "ord-1").Status != order.StatusPending
+					})
+				} else {
+					bill()
+				}
+				check("after the lost settle was redone")
+				if cs := stub.ChargesForOrder("ord-1"); len(cs) != 0 {
+					t.Errorf("gateway charges = %+v, want none", cs)
+				}
+				for _, call := range stub.Calls() {
+					if call.Key != evt.EventID.String() {
+						t.Errorf("the gateway got key %s, want only %s", call.Key, evt.EventID)
+					}
+				}
+				if n := len(stub.Calls()); n != 2 {
+					t.Errorf("gateway calls = %d, want 2: the first and the one that redid the lost settle", n)
+				}
+			})
 		}
 	}
 }

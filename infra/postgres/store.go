@@ -343,23 +343,41 @@ func (s *Store) Settle(ctx context.Context, st order.Settlement) (bool, error) {
 // does not exist. The error is not translated.
 //
 // Why the settle need not be durable. The reserve is: money moves only
-// after it committed, flushed, so an invoice is pending under its key before
-// any charge with that key exists. A settle only records the gateway's
-// answer to that key. If Postgres crashes and loses a settle it had
-// acknowledged (the last few wal_writer_delay of such commits; a crash of
-// the service loses nothing, the server has the commit), the invoice is
-// again what it was before: pending under the key that was charged. Nothing
-// then charges under a different key: a redelivered event of the order
-// finds the invoice pending and resumes it under its recorded key, and the
-// pending completer does the same for an invoice no event comes back for;
-// the gateway answers that key's replay from its first execution
-// (CONTRACT.md §5), and the settle is made again. A lost settle therefore
-// costs one gateway replay and some time, never a second charge; a flushed
-// settle would make every event wait on the disk a second time. The test of
-// this crash is TestLostSettleIsRedoneFromTheGatewayReplay (the row put
-// back as the lost settle leaves it), and TestSettlesSurviveAPostgresCrash
-// (a real immediate shutdown of a durable server right after a group of
-// settles was acknowledged).
+// after it committed, flushed, so an invoice is pending under its key, its
+// attempt taken, before any request with that key exists. A settle only
+// records the gateway's answer to that key. If Postgres crashes and loses
+// a settle it had acknowledged (the last few wal_writer_delay of such
+// commits; a crash of the service loses nothing, the server has the
+// commit), the invoice is again what it was before: pending under the key
+// that was sent, its attempt as the sender left it (alive until its end).
+// And nothing durable can have built on the lost settle: WAL is flushed in
+// order, so the flushed commit of a later reserve (a reopen under a new
+// key) flushes every settle before it; a lost settle is lost together with
+// everything after it. What remains outside Postgres is the gateway's
+// record of the key, the DLQ record or the committed offset of the event.
+// Nothing then sends a different key: the next path that reaches the
+// order (a redelivery, a replay, a new event, the pending completer, once
+// the attempt has ended) takes the attempt under the recorded key, and the
+// gateway answers that key again as it did:
+//   - charged: the replay of the first execution (CONTRACT.md §6), with
+//     its charge id; settled again;
+//   - declined: the replay of the 402; settled again;
+//   - rejected: the gateway stored nothing for the 4xx, so the same key
+//     with the same body is refused again (no money moved under it) and
+//     the invoice is rejected again; an event that would have reopened it
+//     meanwhile is dead-lettered instead, and its replay reopens the order
+//     (the same event id for the same order it was first seen with);
+//   - held: a 422 is answered again for as long as the gateway keeps the
+//     key, and the service resumes a key only within the first half of
+//     that lifetime (AttemptTerms.HoldAfter), so the invoice is held again;
+//     one past it is held without being sent.
+// A lost settle therefore costs a gateway round trip and some time, never
+// a second charge; a flushed settle would make every event wait on the
+// disk a second time. The tests of this crash are
+// TestLostSettleIsRedoneFromTheGatewayReplay (the row put back as the lost
+// settle leaves it, for each final status) and
+// TestSettlesSurviveAPostgresCrash (a real immediate shutdown of a durable
+// server right after a group of settles was acknowledged).
 func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []order.Settlement) ([]bool, error) {
 	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].OrderID })
 	var (
