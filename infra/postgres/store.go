@@ -371,6 +371,7 @@ func (s *Store) Settle(ctx context.Context, st order.Settlement) (bool, error) {
 //     key, and the service resumes a key only within the first half of
 //     that lifetime (AttemptTerms.HoldAfter), so the invoice is held again;
 //     one past it is held without being sent.
+//
 // A lost settle therefore costs a gateway round trip and some time, never
 // a second charge; a flushed settle would make every event wait on the
 // disk a second time. The tests of this crash are
