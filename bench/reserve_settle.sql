@@ -2,23 +2,20 @@
 -- ceiling of `make bench` (bench/cmd/billbench). One run of this script is
 -- one pgbench "transaction" and stands for one event, as infra/postgres.Store
 -- sends it while events are few (a group of one): the reserve as one
--- pipeline (sqlReserveOne: dedup row, invoice insert or reopen, the
--- attempt taken or the invoice held; then sqlInvoicesForUpdate; one
--- implicit transaction committed at the pipeline's Sync, as a pgx batch
--- is), then the settle, sqlSettleOne, on its own and committed durably: the
--- yardstick kept from before the store's settles stopped waiting for their
--- WAL flush (sqlSettlePrelude), so that targets set against it stay
--- comparable. The gateway call between them is not modelled: this is the
--- database's ceiling. The statements are
--- the store's, each $n replaced by the value below
--- (TestBenchScriptsCarryTheStoresStatements in infra/postgres checks it);
--- run with -M prepared, as pgx caches its statements.
+-- pipeline (sqlReserveOne: dedup row, invoice insert or reopen, the attempt
+-- taken or the invoice held; then sqlInvoicesForUpdate; one implicit
+-- transaction committed at the pipeline's Sync, as a pgx batch is), then
+-- the settle, sqlSettleOne with its invoice event, on its own and committed
+-- durably: the yardstick kept from before the store's settles stopped
+-- waiting for their WAL flush (sqlSettlePrelude), so that targets set
+-- against it stay comparable. The gateway call between them is not
+-- modelled: this is the database's ceiling.
 --
---   $ order_id      'pgb-' || :client_id || '-' || :oid
---   $ event_id      UUIDv7-shaped from :ms (-D ms=<now in Unix ms>), so it
---                   lands in today's partition of processed_event
---   $ attempt id    :oid
---   $ group 'pgbench', life 15 s, hold after 43200 s (the defaults)
+-- Generated from the store's statements, each parameter replaced by a
+-- value (infra/postgres/benchscripts_test.go): do not edit; run
+-- go test ./infra/postgres -run TestBenchScripts -update
+-- after changing a statement. Run with -M prepared, as pgx caches its
+-- statements.
 \set oid random(1, 9223372036854775806)
 \startpipeline
 WITH dedup AS (
@@ -48,14 +45,24 @@ WITH dedup AS (
 		UPDATE invoice SET status = 'held', reason = ('bench'), attempt_until = NULL, updated_at = now()
 		WHERE order_id = ('pgb-' || :client_id::text || '-' || :oid::text) AND status = 'pending' AND (attempt_until IS NULL OR attempt_until <= now())
 			AND (43200)::float8 > 0 AND key_sent_at <= now() - make_interval(secs => (43200)::float8)
-		RETURNING order_id
+		RETURNING *
+	), held_event AS (
+		INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
+		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULL FROM held WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
 	)
 	SELECT EXISTS (SELECT FROM dedup), EXISTS (SELECT FROM reopened), EXISTS (SELECT FROM held);
 SELECT order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), coalesce(reason, ''), created_at, key_sent_at, coalesce(attempt_id, 0),
 		greatest(extract(epoch FROM attempt_until - now()), 0)::float8
-		FROM invoice WHERE order_id = ANY ((ARRAY['pgb-' || :client_id::text || '-' || :oid::text])::text[]) ORDER BY order_id FOR UPDATE;
+		FROM invoice WHERE order_id = ANY ((ARRAY[('pgb-' || :client_id::text || '-' || :oid::text)])::text[]) ORDER BY order_id FOR UPDATE;
 \endpipeline
-UPDATE invoice SET status = ('charged'), charge_id = NULLIF(('ch_pgbench'), ''), reason = NULLIF((''), ''),
+WITH moved AS (
+		UPDATE invoice SET status = ('charged'), charge_id = NULLIF(('ch_pgbench'), ''), reason = NULLIF((''), ''),
 			updated_at = now(), attempt_until = NULL
 		WHERE order_id = ('pgb-' || :client_id::text || '-' || :oid::text) AND event_id = ((lpad(to_hex(:ms::bigint), 12, '0') || substr(md5(:client_id::text || '-' || :oid::text), 13))::uuid) AND status = 'pending'
-			AND (attempt_id = (:oid) OR attempt_until IS NULL OR attempt_until <= now());
+			AND (attempt_id = (:oid) OR attempt_until IS NULL OR attempt_until <= now())
+		RETURNING *
+	), settled_event AS (
+		INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
+		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULLIF((''), '') FROM moved WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
+	)
+	SELECT count(*) FROM moved;

@@ -11,21 +11,15 @@
 -- (dedup rows, invoice inserts and reopens, attempts taken or invoices
 -- held), then sqlInvoicesForUpdate of the group's invoices in order_id
 -- order; then the settles of the group as one pipeline: sqlSettlePrelude,
--- whose commit does not wait for its WAL flush, and sqlSettleGroup. The
--- gateway call between them is not modelled. The statements are the
--- store's, each $n replaced by the value below
--- (TestBenchScriptsCarryTheStoresStatements in infra/postgres checks it):
--- the store unnests array parameters, and pgbench builds the same arrays
--- server-side with generate_series; run with -M prepared, as pgx caches its
--- statements.
+-- whose commit does not wait for its WAL flush, and sqlSettleGroup with
+-- their invoice events. The gateway call between them is not modelled.
 --
---   order ids   'pgb-' || :client_id || '-' || (:base + g), g = 1…G: unique
---               (the base leaves room for g below the bigint maximum)
---   event ids   derived from them, UUIDv7-shaped from :ms (-D ms=<now in
---               Unix ms>), so they land in today's partition of
---               processed_event, as the service's events do
---   attempt ids :base + g
---   group 'pgbench', life 15 s, hold after 43200 s (the defaults)
+-- Generated from the store's statements, each parameter replaced by a
+-- value (infra/postgres/benchscripts_test.go): do not edit; run
+-- go test ./infra/postgres -run TestBenchScripts -update
+-- after changing a statement. The store unnests array parameters, which
+-- pgbench builds server-side with generate_series; run with -M prepared, as
+-- pgx caches its statements.
 \set base random(1, 9223372036854775806 - 100000)
 \startpipeline
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
@@ -65,7 +59,10 @@ WITH input AS (
 		FROM input i
 		WHERE inv.order_id = i.order_id AND inv.status = 'pending' AND (inv.attempt_until IS NULL OR inv.attempt_until <= now())
 			AND (43200)::float8 > 0 AND inv.key_sent_at <= now() - make_interval(secs => (43200)::float8)
-		RETURNING inv.order_id
+		RETURNING inv.*
+	), held_event AS (
+		INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
+		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULL FROM held WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
 	)
 	SELECT i.order_id, EXISTS (SELECT FROM dedup d WHERE d.event_id = i.event_id),
 		EXISTS (SELECT FROM reopened r WHERE r.order_id = i.order_id),
@@ -77,11 +74,19 @@ SELECT order_id, event_id, customer_id, amount, currency, status, coalesce(charg
 \startpipeline
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
 		set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('synchronous_commit', 'off', true);
-UPDATE invoice SET status = u.status, charge_id = NULLIF(u.charge_id, ''), reason = NULLIF(u.reason, ''),
+WITH u AS (
+		SELECT * FROM unnest((ARRAY(SELECT 'pgb-' || :client_id::text || '-' || (:base::bigint + g)::text FROM generate_series(1, :g::int) AS g))::text[], (ARRAY(SELECT (lpad(to_hex(:ms::bigint), 12, '0') || substr(md5(:client_id::text || '-' || (:base::bigint + g)::text), 13))::uuid FROM generate_series(1, :g::int) AS g))::uuid[], (ARRAY(SELECT :base::bigint + g FROM generate_series(1, :g::int) AS g))::bigint[], (array_fill(('charged')::text, ARRAY[:g::int]))::text[], (array_fill(('ch_pgbench')::text, ARRAY[:g::int]))::text[], (array_fill(('')::text, ARRAY[:g::int]))::text[], (array_fill(('')::text, ARRAY[:g::int]))::text[])
+			AS u(order_id, event_id, attempt_id, status, charge_id, reason, traceparent)
+	), moved AS (
+		UPDATE invoice SET status = u.status, charge_id = NULLIF(u.charge_id, ''), reason = NULLIF(u.reason, ''),
 			updated_at = now(), attempt_until = NULL
-		FROM unnest((ARRAY(SELECT 'pgb-' || :client_id::text || '-' || (:base::bigint + g)::text FROM generate_series(1, :g::int) AS g))::text[], (ARRAY(SELECT (lpad(to_hex(:ms::bigint), 12, '0') || substr(md5(:client_id::text || '-' || (:base::bigint + g)::text), 13))::uuid FROM generate_series(1, :g::int) AS g))::uuid[], (ARRAY(SELECT :base::bigint + g FROM generate_series(1, :g::int) AS g))::bigint[], (array_fill(('charged')::text, ARRAY[:g::int]))::text[], (array_fill(('ch_pgbench')::text, ARRAY[:g::int]))::text[], (array_fill(('')::text, ARRAY[:g::int]))::text[])
-			AS u(order_id, event_id, attempt_id, status, charge_id, reason)
+		FROM u
 		WHERE invoice.order_id = u.order_id AND invoice.event_id = u.event_id AND invoice.status = 'pending'
 			AND (invoice.attempt_id = u.attempt_id OR invoice.attempt_until IS NULL OR invoice.attempt_until <= now())
-		RETURNING invoice.order_id;
+		RETURNING invoice.*, u.traceparent AS cause
+	), settled_event AS (
+		INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
+		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULLIF(cause, '') FROM moved WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
+	)
+	SELECT order_id FROM moved;
 \endpipeline

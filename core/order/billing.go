@@ -247,16 +247,20 @@ func (s *BillingService) release(ctx context.Context, inv Invoice, attempt int64
 const maxReasonBytes = 256
 
 // reasonOf is err's text as one line of at most maxReasonBytes.
-func reasonOf(err error) string {
-	msg := strings.Join(strings.Fields(err.Error()), " ")
-	if len(msg) <= maxReasonBytes {
-		return msg
+func reasonOf(err error) string { return oneLineBounded(err.Error(), maxReasonBytes) }
+
+// oneLineBounded is s on one line (runs of white space as one space), cut
+// to at most n bytes on a rune boundary.
+func oneLineBounded(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
 	}
-	cut := maxReasonBytes
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return msg[:cut]
+	return s[:cut]
 }
 
 // chargeEnded marks a gateway error whose request is known to be over.

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/acme/billing/core/startstop"
 )
 
 // Defaults of CompleterOptions.
@@ -99,10 +100,7 @@ type PendingCompleter struct {
 	billing *BillingService
 	opts    CompleterOptions
 	log     *slog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	run     startstop.Base
 }
 
 // NewPendingCompleter returns a completer resuming through billing; it does
@@ -133,43 +131,15 @@ func NewPendingCompleter(ledger PendingLedger, billing *BillingService, opts Com
 	return &PendingCompleter{ledger: ledger, billing: billing, opts: opts, log: log}
 }
 
-// errCompleterRunning: Start was called twice without Stop.
-var errCompleterRunning = errors.New("pending completer already running")
-
-// Start runs a pass now and then one every Interval, in a goroutine, until
-// ctx ends or Stop is called.
-func (c *PendingCompleter) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return errCompleterRunning
-	}
-	ctx, c.cancel = context.WithCancel(ctx)
-	c.done = make(chan struct{})
-	go func(done chan struct{}) {
-		defer close(done)
-		c.loop(ctx)
-	}(c.done)
-	return nil
-}
+// Start runs a pass now and then one Interval after each, in a goroutine,
+// until ctx ends or Stop is called.
+func (c *PendingCompleter) Start(ctx context.Context) error { return c.run.Start(ctx, c.loop) }
 
 // Stop ends the background passes, cancelling one in progress (its claimed
 // invoices wait for their back-off), and waits for the goroutine.
-func (c *PendingCompleter) Stop() {
-	c.mu.Lock()
-	cancel, done := c.cancel, c.done
-	c.cancel, c.done = nil, nil
-	c.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (c *PendingCompleter) Stop() { c.run.Stop() }
 
 func (c *PendingCompleter) loop(ctx context.Context) {
-	t := time.NewTicker(c.opts.Interval)
-	defer t.Stop()
 	for {
 		res, err := c.RunOnce(ctx)
 		switch {
@@ -180,10 +150,8 @@ func (c *PendingCompleter) loop(ctx context.Context) {
 		case res.Stopped != nil:
 			c.log.Warn("pending completer pass stopped early", slog.Int("claimed", res.Claimed), slog.String("error", res.Stopped.Error()))
 		}
-		select {
-		case <-ctx.Done():
+		if !startstop.Sleep(ctx, c.opts.Interval) {
 			return
-		case <-t.C:
 		}
 	}
 }

@@ -68,7 +68,7 @@ func (s *Store) HoldStale(ctx context.Context, terms order.AttemptTerms) ([]stri
 	if terms.HoldAfter <= 0 {
 		return nil, nil
 	}
-	rows, _ := s.pool.Query(ctx, sqlHoldStale, seconds(terms.HoldAfter), order.ReasonKeyAged)
+	rows, _ := s.pool.Query(ctx, sqlHoldStale, seconds(terms.HoldAfter), order.ReasonKeyAged, s.publish)
 	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, translate(ctx, fmt.Errorf("hold stale invoices: %w", err))

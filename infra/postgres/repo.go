@@ -20,6 +20,19 @@ func partitionRaceError(eventID uuid.UUID, err error) error {
 // invoiceColumns are the columns of scanInvoice, in its order.
 const invoiceColumns = `order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), coalesce(reason, ''), created_at, key_sent_at`
 
+// outboxInsert writes the invoice event (CONTRACT.md §9) of every row of a
+// statement's CTE of invoices that have just moved into charged, declined,
+// rejected or held; the statement appends the traceparent column's value,
+// the CTE's name and the condition that publishing is on. Its id is a
+// function of the transition (invoice_event_id, migrations/0005): the same
+// transition written twice (a lost settle redone) is one event, and a row
+// still waiting for the relay is not written again.
+const outboxInsert = `INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
+		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, `
+
+// outboxOnConflict ends an outboxInsert.
+const outboxOnConflict = ` ON CONFLICT (event_id) DO NOTHING`
+
 // The statements of billing's transactions: Store's grouped Reserve and
 // Settle, one row per event of the group, and their forms for a group of
 // one; the attempt's take and release; the completer's sweep.
@@ -41,8 +54,9 @@ const (
 	// ids ($1…$6, one array element per event: order, event id, customer,
 	// amount, currency, the attempt id it would take; $7 the consumer group;
 	// $8 the attempt's life and $9 the key age past which an invoice is
-	// held, in seconds, 0 for never; $10 the reason recorded on a hold), one
-	// statement so that its parts depend on each other inside the server:
+	// held, in seconds, 0 for never; $10 the reason recorded on a hold; $11
+	// whether invoice events are published), one statement so that its
+	// parts depend on each other inside the server:
 	//   - the dedup rows, with the order each event id is first seen with;
 	//   - an order's invoice inserted pending under its event, its attempt
 	//     taken, only when that event's dedup row is new (a seen event_id
@@ -56,7 +70,8 @@ const (
 	//     replayed from the DLQ), and only if no other invoice holds the key;
 	//   - the attempt of an invoice already pending taken, when no attempt
 	//     is alive and its key is not too old; held, when no attempt is
-	//     alive and its key is too old.
+	//     alive and its key is too old, its InvoiceHeld event written (a
+	//     hold by the key's age has no event for its cause: no traceparent).
 	// It returns, per order, whether its event's dedup row was new, whether
 	// it reopened, and whether it held. The CTEs touch disjoint rows (new,
 	// rejected, pending with a young key, pending with an old one, as the
@@ -100,15 +115,16 @@ const (
 		FROM input i
 		WHERE inv.order_id = i.order_id AND inv.status = 'pending' AND (inv.attempt_until IS NULL OR inv.attempt_until <= now())
 			AND $9::float8 > 0 AND inv.key_sent_at <= now() - make_interval(secs => $9::float8)
-		RETURNING inv.order_id
+		RETURNING inv.*
+	), held_event AS (
+		` + outboxInsert + `NULL FROM held WHERE $11::boolean` + outboxOnConflict + `
 	)
 	SELECT i.order_id, EXISTS (SELECT FROM dedup d WHERE d.event_id = i.event_id),
 		EXISTS (SELECT FROM reopened r WHERE r.order_id = i.order_id),
 		EXISTS (SELECT FROM held h WHERE h.order_id = i.order_id) FROM input i`
 
 	// sqlReserveOne is sqlReserveGroup for a group of one event ($1…$6 its
-	// values, $7 the consumer group, $8, $9 and $10 the same), written for
-	// one row.
+	// values, $7 the consumer group, $8…$11 the same), written for one row.
 	sqlReserveOne = `WITH dedup AS (
 		INSERT INTO processed_event (event_id, consumer_group, order_id) VALUES ($2, $7, $1)
 		ON CONFLICT (event_id, consumer_group) DO NOTHING
@@ -136,7 +152,9 @@ const (
 		UPDATE invoice SET status = 'held', reason = $10, attempt_until = NULL, updated_at = now()
 		WHERE order_id = $1 AND status = 'pending' AND (attempt_until IS NULL OR attempt_until <= now())
 			AND $9::float8 > 0 AND key_sent_at <= now() - make_interval(secs => $9::float8)
-		RETURNING order_id
+		RETURNING *
+	), held_event AS (
+		` + outboxInsert + `NULL FROM held WHERE $11::boolean` + outboxOnConflict + `
 	)
 	SELECT EXISTS (SELECT FROM dedup), EXISTS (SELECT FROM reopened), EXISTS (SELECT FROM held)`
 
@@ -149,8 +167,8 @@ const (
 
 	// sqlTakeAttempt takes the attempt of one order's invoice ($1) pending
 	// under key $2 for attempt $3, as sqlReserveOne's taken and held do
-	// ($4 life, $5 hold after, $6 the hold's reason), and reports whether
-	// it held it. The pending completer's path, and `invoice resolve`'s.
+	// ($4 life, $5 hold after, $6 the hold's reason, $7 publishing on), and
+	// reports whether it held it. The pending completer's path.
 	sqlTakeAttempt = `WITH taken AS (
 		UPDATE invoice SET attempt_id = $3, attempt_until = now() + make_interval(secs => $4::float8), key_sent_at = coalesce(key_sent_at, now())
 		WHERE order_id = $1 AND event_id = $2 AND status = 'pending' AND (attempt_until IS NULL OR attempt_until <= now())
@@ -160,7 +178,9 @@ const (
 		UPDATE invoice SET status = 'held', reason = $6, attempt_until = NULL, updated_at = now()
 		WHERE order_id = $1 AND event_id = $2 AND status = 'pending' AND (attempt_until IS NULL OR attempt_until <= now())
 			AND $5::float8 > 0 AND key_sent_at <= now() - make_interval(secs => $5::float8)
-		RETURNING order_id
+		RETURNING *
+	), held_event AS (
+		` + outboxInsert + `NULL FROM held WHERE $7::boolean` + outboxOnConflict + `
 	)
 	SELECT EXISTS (SELECT FROM held)`
 
@@ -171,11 +191,17 @@ const (
 		WHERE order_id = $1 AND event_id = $2 AND attempt_id = $3 AND status = 'pending'`
 
 	// sqlHoldStale holds the pending invoices whose key was first sent more
-	// than $1 seconds ago and that no live attempt holds ($2 the reason).
-	sqlHoldStale = `UPDATE invoice SET status = 'held', reason = $2, attempt_until = NULL, updated_at = now()
+	// than $1 seconds ago and that no live attempt holds ($2 the reason, $3
+	// publishing on), with their InvoiceHeld events.
+	sqlHoldStale = `WITH held AS (
+		UPDATE invoice SET status = 'held', reason = $2, attempt_until = NULL, updated_at = now()
 		WHERE status = 'pending' AND key_sent_at <= now() - make_interval(secs => $1::float8)
 			AND (attempt_until IS NULL OR attempt_until <= now())
-		RETURNING order_id`
+		RETURNING *
+	), held_event AS (
+		` + outboxInsert + `NULL FROM held WHERE $3::boolean` + outboxOnConflict + `
+	)
+	SELECT order_id FROM held`
 
 	// sqlSettleGroup moves each order's invoice ($1) only while it is
 	// pending under the key that was charged ($2) and no attempt but the
@@ -183,21 +209,36 @@ const (
 	// never settles an invoice that a later event reopened under its own,
 	// and no path decides an invoice while another's request under its key
 	// may still be at the gateway. $4 the status, $5 the charge id, $6 the
-	// reason. It returns the orders it moved.
-	sqlSettleGroup = `UPDATE invoice SET status = u.status, charge_id = NULLIF(u.charge_id, ''), reason = NULLIF(u.reason, ''),
+	// reason, $7 the traceparent of the event that caused it; with each
+	// transition its invoice event, in the same statement, when $8
+	// (publishing on). It returns the orders it moved.
+	sqlSettleGroup = `WITH u AS (
+		SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[])
+			AS u(order_id, event_id, attempt_id, status, charge_id, reason, traceparent)
+	), moved AS (
+		UPDATE invoice SET status = u.status, charge_id = NULLIF(u.charge_id, ''), reason = NULLIF(u.reason, ''),
 			updated_at = now(), attempt_until = NULL
-		FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[])
-			AS u(order_id, event_id, attempt_id, status, charge_id, reason)
+		FROM u
 		WHERE invoice.order_id = u.order_id AND invoice.event_id = u.event_id AND invoice.status = 'pending'
 			AND (invoice.attempt_id = u.attempt_id OR invoice.attempt_until IS NULL OR invoice.attempt_until <= now())
-		RETURNING invoice.order_id`
+		RETURNING invoice.*, u.traceparent AS cause
+	), settled_event AS (
+		` + outboxInsert + `NULLIF(cause, '') FROM moved WHERE $8::boolean` + outboxOnConflict + `
+	)
+	SELECT order_id FROM moved`
 
 	// sqlSettleOne is sqlSettleGroup for one order, its parameters in the
-	// same order.
-	sqlSettleOne = `UPDATE invoice SET status = $4, charge_id = NULLIF($5, ''), reason = NULLIF($6, ''),
+	// same order; it returns the number of invoices it moved.
+	sqlSettleOne = `WITH moved AS (
+		UPDATE invoice SET status = $4, charge_id = NULLIF($5, ''), reason = NULLIF($6, ''),
 			updated_at = now(), attempt_until = NULL
 		WHERE order_id = $1 AND event_id = $2 AND status = 'pending'
-			AND (attempt_id = $3 OR attempt_until IS NULL OR attempt_until <= now())`
+			AND (attempt_id = $3 OR attempt_until IS NULL OR attempt_until <= now())
+		RETURNING *
+	), settled_event AS (
+		` + outboxInsert + `NULLIF($7, '') FROM moved WHERE $8::boolean` + outboxOnConflict + `
+	)
+	SELECT count(*) FROM moved`
 
 	// planByIndex is the part of a prelude, the first statement of a
 	// grouped pipeline, that has the pipeline's statements planned once

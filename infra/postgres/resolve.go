@@ -14,16 +14,22 @@ import (
 // sqlResolve applies a person's decision to a held invoice ($1 the order,
 // $2 the new status, $3 the charge id): only while it is held and no
 // attempt is alive (held invoices have none; the check keeps the fence's
-// rule in this statement too). A resumed invoice is pending again under its
-// key: no attempt, due for the completer at once, and its updated_at back
-// to when its key started (key_sent_at), the completer's and the gauges'
-// clock.
-const sqlResolve = `UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''),
-		reason = CASE WHEN $2 = 'rejected' THEN 'rejected by a person (billing invoice resolve)' ELSE NULL END,
-		updated_at = CASE WHEN $2 = 'pending' THEN coalesce(key_sent_at, updated_at) ELSE now() END,
-		attempt_until = NULL, next_resume_at = NULL, resume_attempts = 0
-	WHERE order_id = $1 AND status = 'held' AND (attempt_until IS NULL OR attempt_until <= now())
-	RETURNING ` + invoiceColumns
+// rule in this statement too). A decision writes the invoice event of its
+// status when $4 (publishing on). A resumed invoice is pending again under
+// its key, which publishes nothing: no attempt, due for the completer at
+// once, and its updated_at back to when its key started (key_sent_at), the
+// completer's and the gauges' clock.
+const sqlResolve = `WITH moved AS (
+		UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''),
+			reason = CASE WHEN $2 = 'rejected' THEN 'rejected by a person (billing invoice resolve)' ELSE NULL END,
+			updated_at = CASE WHEN $2 = 'pending' THEN coalesce(key_sent_at, updated_at) ELSE now() END,
+			attempt_until = NULL, next_resume_at = NULL, resume_attempts = 0
+		WHERE order_id = $1 AND status = 'held' AND (attempt_until IS NULL OR attempt_until <= now())
+		RETURNING *
+	), resolved_event AS (
+		` + outboxInsert + `NULL FROM moved WHERE status <> 'pending' AND $4::boolean` + outboxOnConflict + `
+	)
+	SELECT ` + invoiceColumns + ` FROM moved`
 
 // Resolve applies d, a person's decision, to orderID's held invoice in one
 // transaction, and returns the invoice before and after. It refuses an
@@ -51,7 +57,7 @@ func (s *Store) Resolve(ctx context.Context, orderID string, d order.Resolution,
 		case d.Status == order.StatusPending && holdAfter > 0 && aged:
 			return fmt.Errorf("key first sent %s: %w", before.KeySentAt.UTC().Format(time.RFC3339), order.ErrKeyTooOld)
 		}
-		after, err = scanInvoice(tx.QueryRow(ctx, sqlResolve, orderID, string(d.Status), d.ChargeID))
+		after, err = scanInvoice(tx.QueryRow(ctx, sqlResolve, orderID, string(d.Status), d.ChargeID, s.publish))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("an attempt of it is alive: %w", order.ErrNotHeld)
 		}

@@ -11,9 +11,10 @@ import (
 
 	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/billing/core/order"
 )
@@ -41,7 +42,10 @@ type Store struct {
 	pool     *pgxpool.Pool
 	policy   order.RetryPolicy // its InPlace schedule: retry
 	reserves *grouper[reserveReq, order.Reservation]
-	settles  *grouper[order.Settlement, bool]
+	settles  *grouper[settleReq, bool]
+	// publish: every transition writes its invoice event to the outbox
+	// (BILLING_PUBLISH_EVENTS, WithEvents).
+	publish bool
 }
 
 var _ order.Ledger = (*Store)(nil)
@@ -50,6 +54,7 @@ var _ order.Ledger = (*Store)(nil)
 type StoreOption func(*storeOptions)
 
 type storeOptions struct {
+	publish  bool
 	policy   *order.RetryPolicy
 	groups   int
 	maxGroup int
@@ -62,6 +67,11 @@ type storeOptions struct {
 func WithRetryPolicy(p order.RetryPolicy) StoreOption {
 	return func(o *storeOptions) { o.policy = &p }
 }
+
+// WithEvents makes every transition of an invoice into charged, declined,
+// rejected or held write its invoice event to the outbox, in the
+// transition's own statement (CONTRACT.md §9). Off by default.
+func WithEvents(on bool) StoreOption { return func(o *storeOptions) { o.publish = on } }
 
 // WithGroups sets how many reserve groups, and as many settle groups, may
 // be at the server at once (defaultGroups by default).
@@ -98,7 +108,7 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 	if o.groups <= 0 {
 		o.groups = defaultGroups(int(pool.Config().MaxConns))
 	}
-	s := &Store{pool: pool, policy: order.NewRetryPolicy()}
+	s := &Store{pool: pool, policy: order.NewRetryPolicy(), publish: o.publish}
 	if o.policy != nil {
 		s.policy = *o.policy
 	}
@@ -116,9 +126,9 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 		key:   func(r reserveReq) []string { return []string{"o:" + r.inv.OrderID, "e:" + r.inv.EventID.String()} },
 		joins: func(first, r reserveReq) bool { return first.group == r.group && first.terms == r.terms },
 	}
-	s.settles = &grouper[order.Settlement, bool]{
+	s.settles = &grouper[settleReq, bool]{
 		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.settleGroup, observe: observe("settle"),
-		key: func(r order.Settlement) []string { return []string{r.OrderID} },
+		key: func(r settleReq) []string { return []string{r.OrderID} },
 	}
 	return s
 }
@@ -200,12 +210,12 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 			// per-event statement: for one row the set-based one costs
 			// the server more (bench: the two pgbench ceilings at G 1).
 			b.Queue(sqlReserveOne, orders[0], events[0], customers[0], amounts[0], currencies[0], attempts[0], reqs[0].group,
-				life, holdAfter, order.ReasonKeyAged).
+				life, holdAfter, order.ReasonKeyAged, s.publish).
 				QueryRow(func(row pgx.Row) error { return row.Scan(&out[0].FirstSeen, &out[0].Reopened, &out[0].Held) })
 		} else {
 			b.Queue(sqlReservePrelude)
 			b.Queue(sqlReserveGroup, orders, events, customers, amounts, currencies, attempts, reqs[0].group,
-				life, holdAfter, order.ReasonKeyAged).Query(func(rows pgx.Rows) error {
+				life, holdAfter, order.ReasonKeyAged, s.publish).Query(func(rows pgx.Rows) error {
 				var (
 					orderID                   string
 					firstSeen, reopened, held bool
@@ -264,7 +274,7 @@ func (s *Store) TakeAttempt(ctx context.Context, orderID string, key uuid.UUID, 
 		t = order.Take{}
 		b := &pgx.Batch{}
 		b.Queue(sqlTakeAttempt, orderID, pgtype.UUID{Bytes: key, Valid: true}, attempt, seconds(terms.Life), seconds(terms.HoldAfter),
-			order.ReasonKeyAged).QueryRow(func(row pgx.Row) error { return row.Scan(&t.Held) })
+			order.ReasonKeyAged, s.publish).QueryRow(func(row pgx.Row) error { return row.Scan(&t.Held) })
 		b.Queue(sqlInvoicesForUpdate, []string{orderID}).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var (
@@ -317,16 +327,27 @@ func byOrderID(n int, orderID func(i int) string) []int {
 // errNotFinal rejects settling an invoice to a state that is not final.
 var errNotFinal = errors.New("status is not final")
 
+// settleReq is a settle and the trace of the event that caused it, which
+// its invoice event carries (CONTRACT.md §9).
+type settleReq struct {
+	order.Settlement
+	traceparent string
+}
+
 // Settle is the settle transaction of order.Ledger, grouped with the
 // settles of concurrent events (Store); see settleGroup.
 func (s *Store) Settle(ctx context.Context, st order.Settlement) (bool, error) {
 	if !st.Status.Final() {
 		return false, TranslateError(fmt.Errorf("settle invoice %s to %q: %w", st.OrderID, st.Status, errNotFinal))
 	}
-	settled, alone, err := s.settles.do(ctx, st)
+	req := settleReq{Settlement: st}
+	if s.publish {
+		req.traceparent = traceParent(ctx)
+	}
+	settled, alone, err := s.settles.do(ctx, req)
 	if alone {
 		var ss []bool
-		if ss, err = s.settleGroup(ctx, s.pool, []order.Settlement{st}); err == nil {
+		if ss, err = s.settleGroup(ctx, s.pool, []settleReq{req}); err == nil {
 			settled = ss[0]
 		}
 	}
@@ -334,6 +355,16 @@ func (s *Store) Settle(ctx context.Context, st order.Settlement) (bool, error) {
 		return false, translate(ctx, fmt.Errorf("settle invoice %s: %w", st.OrderID, err))
 	}
 	return settled, nil
+}
+
+// traceParent is the W3C traceparent of ctx's span, "" when it has none.
+func traceParent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c.Get("traceparent")
 }
 
 // settleGroup moves each invoice of reqs (distinct orders) from pending
@@ -379,7 +410,7 @@ func (s *Store) Settle(ctx context.Context, st order.Settlement) (bool, error) {
 // settle leaves it, for each final status) and
 // TestSettlesSurviveAPostgresCrash (a real immediate shutdown of a durable
 // server right after a group of settles was acknowledged).
-func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []order.Settlement) ([]bool, error) {
+func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq) ([]bool, error) {
 	idx := byOrderID(len(reqs), func(i int) string { return reqs[i].OrderID })
 	var (
 		orders   = make([]string, len(reqs))
@@ -388,12 +419,13 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []order.Set
 		statuses = make([]string, len(reqs))
 		charges  = make([]string, len(reqs))
 		reasons  = make([]string, len(reqs))
+		causes   = make([]string, len(reqs))
 		byOrder  = make(map[string]int, len(reqs))
 	)
 	for j, i := range idx {
 		r := reqs[i]
-		orders[j], keys[j], attempts[j], statuses[j], charges[j], reasons[j] =
-			r.OrderID, pgtype.UUID{Bytes: r.Key, Valid: true}, r.Attempt, string(r.Status), r.ChargeID, r.Reason
+		orders[j], keys[j], attempts[j], statuses[j], charges[j], reasons[j], causes[j] =
+			r.OrderID, pgtype.UUID{Bytes: r.Key, Valid: true}, r.Attempt, string(r.Status), r.ChargeID, r.Reason, r.traceparent
 		byOrder[r.OrderID] = i
 	}
 	out := make([]bool, len(reqs))
@@ -403,11 +435,16 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []order.Set
 		b.Queue(sqlSettlePrelude)
 		if len(reqs) == 1 {
 			// As in reserveGroup: one row, the per-event statement.
-			b.Queue(sqlSettleOne, orders[0], keys[0], attempts[0], statuses[0], charges[0], reasons[0]).
-				Exec(func(tag pgconn.CommandTag) error { out[0] = tag.RowsAffected() == 1; return nil })
+			b.Queue(sqlSettleOne, orders[0], keys[0], attempts[0], statuses[0], charges[0], reasons[0], causes[0], s.publish).
+				QueryRow(func(row pgx.Row) error {
+					var n int
+					err := row.Scan(&n)
+					out[0] = n == 1
+					return err
+				})
 			return q.SendBatch(ctx, b).Close()
 		}
-		b.Queue(sqlSettleGroup, orders, keys, attempts, statuses, charges, reasons).Query(func(rows pgx.Rows) error {
+		b.Queue(sqlSettleGroup, orders, keys, attempts, statuses, charges, reasons, causes, s.publish).Query(func(rows pgx.Rows) error {
 			var orderID string
 			_, err := pgx.ForEachRow(rows, []any{&orderID}, func() error {
 				i, ok := byOrder[orderID]

@@ -27,6 +27,7 @@ import (
 
 	"github.com/acme/billing/adapters/in/kafka"
 	httpgateway "github.com/acme/billing/adapters/out/http"
+	kafkapub "github.com/acme/billing/adapters/out/kafka"
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
@@ -72,6 +73,7 @@ type App struct {
 	ln      net.Listener
 	pending *order.PendingCompleter
 	billing *order.BillingService // the consumers' and the completer's
+	relay   *order.OutboxRelay    // nil when BILLING_PUBLISH_EVENTS=false
 
 	cleanup   []func() // run in reverse by Close
 	closeOnce sync.Once
@@ -115,9 +117,10 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 			Acquires: st.AcquireCount(), EmptyAcquires: st.EmptyAcquireCount(), EmptyAcquireWait: st.EmptyAcquireWaitTime(),
 		}
 	})
-	a.store = postgres.NewStore(pool, postgres.WithRetryPolicy(a.policy), postgres.WithGroupObserver(func(op string, n int) {
-		a.Metrics.DBGroupEvents.WithLabelValues(op).Observe(float64(n))
-	}))
+	a.store = postgres.NewStore(pool, postgres.WithRetryPolicy(a.policy), postgres.WithEvents(cfg.PublishEvents),
+		postgres.WithGroupObserver(func(op string, n int) {
+			a.Metrics.DBGroupEvents.WithLabelValues(op).Observe(float64(n))
+		}))
 	a.maint, err = postgres.NewDedupMaintainer(pool, postgres.DedupOptions{
 		Retention: cfg.DedupRetention, Metrics: a.Metrics, Logger: log})
 	if err != nil {
@@ -168,6 +171,27 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 			a.Metrics.PendingOldest.Set(s.Oldest.Seconds())
 			a.Metrics.InvoicesHeld.Set(float64(s.Held))
 		}})
+	if cfg.PublishEvents {
+		writer, closeWriter := a.kc.NewWriter()
+		a.onClose(func() {
+			if err := closeWriter(); err != nil {
+				log.Warn("close the invoice events' writer", slog.String("error", err.Error()))
+			}
+		})
+		a.relay = order.NewOutboxRelay(a.store, kafkapub.NewPublisher(writer, cfg.KafkaInvoiceTopic), order.RelayOptions{
+			Logger: log,
+			Published: func(events []order.InvoiceEvent, at time.Time) {
+				for _, e := range events {
+					a.Metrics.PublishedEvents.WithLabelValues(string(e.Type())).Inc()
+					a.Metrics.PublishLag.Observe(at.Sub(e.OccurredAt).Seconds())
+				}
+			},
+			Stats: func(s order.OutboxStats) {
+				a.Metrics.OutboxPending.Set(float64(s.Pending))
+				a.Metrics.OutboxOldest.Set(s.Oldest.Seconds())
+			},
+		})
+	}
 	return a, nil
 }
 
@@ -275,7 +299,17 @@ func (a *App) Run(ctx context.Context) error {
 			a.maint.Stop()
 			return fmt.Errorf("pending completer: %w", err)
 		}
+		if a.relay != nil {
+			if err := a.relay.Start(mctx); err != nil {
+				a.pending.Stop()
+				a.maint.Stop()
+				return fmt.Errorf("outbox relay: %w", err)
+			}
+		}
 		<-consumersDone
+		if a.relay != nil {
+			a.relay.Stop()
+		}
 		a.pending.Stop()
 		a.maint.Stop()
 		return nil
@@ -499,8 +533,9 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafka.Consumer, func(), erro
 	return consumers, closeAll, nil
 }
 
-// ensureTopics creates the retry tiers and the DLQ with as many partitions
-// as the main topic, so that routed records keep their key's order.
+// ensureTopics creates the retry tiers, the DLQ and the invoice topic with
+// as many partitions as the main topic, so that routed records keep their
+// key's order.
 func (a *App) ensureTopics(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -522,6 +557,11 @@ func (a *App) ensureTopics(ctx context.Context) error {
 	specs := []kafkaclient.TopicSpec{{Name: a.cfg.KafkaDLQTopic, Partitions: n, MinMaxMessageBytes: least}}
 	for i := range a.cfg.RetryDelays {
 		specs = append(specs, kafkaclient.TopicSpec{Name: a.cfg.RetryTopic(i + 1), Partitions: n, MinMaxMessageBytes: least})
+	}
+	if a.cfg.PublishEvents {
+		// As many partitions as the main topic, so that consumers of both
+		// can scale alike (CONTRACT §9).
+		specs = append(specs, kafkaclient.TopicSpec{Name: a.cfg.KafkaInvoiceTopic, Partitions: n})
 	}
 	return a.kc.EnsureTopics(ctx, specs)
 }

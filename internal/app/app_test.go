@@ -86,7 +86,7 @@ func newHarnessLogged(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, ds
 func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
 	return config.Config{
 		KafkaBrokers: brokers, KafkaTopic: testTopic, KafkaGroupID: "billing-test",
-		KafkaRetryTopicPrefix: "billing.retry", KafkaDLQTopic: "billing.dlq", KafkaClientID: "test",
+		KafkaRetryTopicPrefix: "billing.retry", KafkaDLQTopic: "billing.dlq", KafkaClientID: "test", KafkaInvoiceTopic: "billing.invoices",
 		RetryDelays:    []config.Duration{config.Duration(100 * time.Millisecond), config.Duration(200 * time.Millisecond)},
 		DatabaseURL:    config.Secret(dsn),
 		PaymentBaseURL: gatewayURL, PaymentTimeout: 2 * time.Second, DefaultCurrency: "USD",

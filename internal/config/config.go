@@ -51,6 +51,8 @@ type Config struct {
 	ShutdownTimeout       time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"drain budget after SIGTERM"`
 	PendingResumeAfter    time.Duration `envconfig:"PENDING_RESUME_AFTER" default:"15m" desc:"a pending invoice older than this is resumed by the service itself"`
 	GatewayKeyTTL         time.Duration `envconfig:"GATEWAY_KEY_TTL" default:"24h" desc:"how long the gateway keeps an Idempotency-Key; a pending invoice must be settled well within it"`
+	PublishEvents         bool          `envconfig:"PUBLISH_EVENTS" default:"true" desc:"publish invoice events (InvoiceCharged, InvoiceDeclined, InvoiceRejected, InvoiceHeld) through the outbox"`
+	KafkaInvoiceTopic     string        `envconfig:"KAFKA_INVOICE_TOPIC" default:"billing.invoice-events.v1" desc:"where invoice events are published; created with the main topic's partition count when missing"`
 }
 
 // Duration is a time.Duration that envconfig can read inside a list.
@@ -144,7 +146,7 @@ func (c Config) Validate() error {
 	for name, v := range map[string]string{
 		"BILLING_KAFKA_TOPIC": c.KafkaTopic, "BILLING_KAFKA_GROUP_ID": c.KafkaGroupID,
 		"BILLING_KAFKA_RETRY_TOPIC_PREFIX": c.KafkaRetryTopicPrefix, "BILLING_KAFKA_DLQ_TOPIC": c.KafkaDLQTopic,
-		"BILLING_KAFKA_CLIENT_ID": c.KafkaClientID,
+		"BILLING_KAFKA_CLIENT_ID": c.KafkaClientID, "BILLING_KAFKA_INVOICE_TOPIC": c.KafkaInvoiceTopic,
 	} {
 		if strings.TrimSpace(v) == "" {
 			return &Error{name, "must not be empty"}

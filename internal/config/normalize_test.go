@@ -12,7 +12,7 @@ func TestValidateChangesNothingNormalizeDoes(t *testing.T) {
 	raw := func() Config {
 		return Config{
 			KafkaBrokers: []string{" localhost:9092", "kafka-2:9093 "}, KafkaTopic: "t", KafkaGroupID: "g",
-			KafkaRetryTopicPrefix: "t.retry", RetryDelays: []Duration{Duration(time.Second)}, KafkaDLQTopic: "t.dlq",
+			KafkaRetryTopicPrefix: "t.retry", RetryDelays: []Duration{Duration(time.Second)}, KafkaDLQTopic: "t.dlq", KafkaInvoiceTopic: "t.invoices",
 			KafkaClientID: "billing", KafkaSASLMechanism: "SCRAM-SHA-512", KafkaSASLUsername: "billing",
 			DatabaseURL: "postgres://localhost/billing", PaymentBaseURL: "http://gateway:8080", PaymentTimeout: time.Second,
 			DefaultCurrency: "USD", MaxInFlight: 64, DedupRetention: 168 * time.Hour, LogLevel: "WARN",

@@ -20,9 +20,10 @@ func tierOf(prefix, topic string) (int, bool) {
 	return n, true
 }
 
-// validateTopics rejects a main topic, retry tier or DLQ that coincide:
-// routing would write a record back to the topic it came from, or mix
-// events with failed ones. A main or DLQ topic named like any tier
+// validateTopics rejects a main topic, retry tier, DLQ or invoice topic
+// that coincide: routing would write a record back to the topic it came
+// from, mix events with failed ones, or publish billing's decisions where
+// orders are read. A main or DLQ topic named like any tier
 // ("<prefix>.N", whatever N) is rejected, not only N up to the number of
 // delays: tiers beyond that count are still consumed (CONTRACT §2).
 func (c Config) validateTopics() error {
@@ -36,6 +37,15 @@ func (c Config) validateTopics() error {
 	if n, ok := tierOf(c.KafkaRetryTopicPrefix, c.KafkaDLQTopic); ok {
 		return &Error{"BILLING_KAFKA_DLQ_TOPIC", fmt.Sprintf("%q is retry tier %d of BILLING_KAFKA_RETRY_TOPIC_PREFIX %q: the DLQ must be another topic",
 			c.KafkaDLQTopic, n, c.KafkaRetryTopicPrefix)}
+	}
+	for _, other := range []struct{ name, topic string }{{"BILLING_KAFKA_TOPIC", c.KafkaTopic}, {"BILLING_KAFKA_DLQ_TOPIC", c.KafkaDLQTopic}} {
+		if c.KafkaInvoiceTopic == other.topic {
+			return &Error{"BILLING_KAFKA_INVOICE_TOPIC", fmt.Sprintf("equals %s (%q): invoice events need a topic of their own", other.name, other.topic)}
+		}
+	}
+	if n, ok := tierOf(c.KafkaRetryTopicPrefix, c.KafkaInvoiceTopic); ok {
+		return &Error{"BILLING_KAFKA_INVOICE_TOPIC", fmt.Sprintf("%q is retry tier %d of BILLING_KAFKA_RETRY_TOPIC_PREFIX %q: invoice events need a topic of their own",
+			c.KafkaInvoiceTopic, n, c.KafkaRetryTopicPrefix)}
 	}
 	return nil
 }

@@ -34,6 +34,10 @@ type Metrics struct {
 	InvoicesPending  prometheus.Gauge         // from Postgres, by the pending completer
 	PendingOldest    prometheus.Gauge         // from Postgres, by the pending completer
 	InvoicesHeld     prometheus.Gauge         // from Postgres, by the pending completer
+	PublishedEvents  *prometheus.CounterVec   // type
+	OutboxPending    prometheus.Gauge         // from Postgres, by the outbox relay
+	OutboxOldest     prometheus.Gauge         // from Postgres, by the outbox relay
+	PublishLag       prometheus.Histogram     //
 	Gathered         prometheus.Gatherer      // what /metrics serves
 }
 
@@ -112,6 +116,23 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Name: "billing_invoices_held",
 			Help: "Invoices held for a person in Postgres (all processes: a 422, or a key past half of BILLING_GATEWAY_KEY_TTL), as of the pending completer's last pass; settled with billing invoice resolve.",
 		}),
+		PublishedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billing_published_events_total",
+			Help: "Invoice events published to BILLING_KAFKA_INVOICE_TOPIC and acknowledged, by type (InvoiceCharged, InvoiceDeclined, InvoiceRejected, InvoiceHeld); a row published again after a crash counts again.",
+		}, []string{"type"}),
+		OutboxPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_outbox_pending",
+			Help: "Invoice events written and not yet published (all processes), as of the outbox relay's last count.",
+		}),
+		OutboxOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_outbox_oldest_seconds",
+			Help: "Age of the oldest invoice event not yet published, as of the outbox relay's last count; grows while Kafka refuses the writes.",
+		}),
+		PublishLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "billing_publish_lag_seconds",
+			Help:    "Time from an invoice's transition to the acknowledged write of its event, per event published.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
 		// Read from the brokers (high-water mark minus log start, summed over
 		// partitions), so it stays up after the dead letter that raised it:
 		// an alert on it does not resolve by itself minutes later.
@@ -141,12 +162,15 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
 		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool,
-		m.InvoicesPending, m.PendingOldest, m.InvoicesHeld, m.HandlerPanics, m.DLQRecords, m.EventDelay, m.DBGroupEvents)
+		m.InvoicesPending, m.PendingOldest, m.InvoicesHeld, m.PublishedEvents, m.OutboxPending, m.OutboxOldest, m.PublishLag, m.HandlerPanics, m.DLQRecords, m.EventDelay, m.DBGroupEvents)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	for _, o := range order.Outcomes() {
 		m.Events.WithLabelValues(string(o))
+	}
+	for _, t := range order.InvoiceEventTypes() {
+		m.PublishedEvents.WithLabelValues(string(t))
 	}
 	for _, r := range []string{"ok", "error", "skipped"} {
 		m.MaintenanceRuns.WithLabelValues(r)

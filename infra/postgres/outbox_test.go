@@ -1,0 +1,383 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gofrs/uuid/v5"
+
+	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/poll"
+)
+
+// recordingPublisher keeps what it is given, optionally failing after it
+// kept it (a relay that published and died before deleting).
+type recordingPublisher struct {
+	mu     sync.Mutex
+	events []order.InvoiceEvent
+	fail   error
+}
+
+func (p *recordingPublisher) Publish(_ context.Context, events []order.InvoiceEvent) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.events = append(p.events, events...)
+	return p.fail
+}
+
+func (p *recordingPublisher) published() []order.InvoiceEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.events)
+}
+
+// publishAll runs relay passes until the outbox is empty.
+func publishAll(ctx context.Context, t *testing.T, store *postgres.Store, p order.EventPublisher) {
+	t.Helper()
+	relay := order.NewOutboxRelay(store, p, order.RelayOptions{Batch: 7})
+	poll.Until(t, "the outbox empty", 20*time.Second, func() bool {
+		if _, err := relay.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st, err := store.OutboxStats(ctx)
+		return err == nil && st.Pending == 0
+	})
+}
+
+// TestInvoiceEventIDMatchesSQL: the event id Postgres writes with a
+// transition (invoice_event_id) is core's InvoiceEventID, a UUIDv7.
+func TestInvoiceEventIDMatchesSQL(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	for i := range 50 {
+		orderID, key := fmt.Sprintf("ord-%d-é\x01%d", i, rand.Int()), newEventID(t)
+		status := []order.InvoiceStatus{order.StatusCharged, order.StatusDeclined, order.StatusRejected, order.StatusHeld}[i%4]
+		var got uuid.UUID
+		if err := pool.QueryRow(ctx, `SELECT invoice_event_id($1, $2, $3)`, orderID, key, string(status)).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		want := order.InvoiceEventID(orderID, key, status)
+		if got != want || got.Version() != 7 || got.Variant() != uuid.VariantRFC9562 {
+			t.Fatalf("invoice_event_id(%q, %s, %s) = %s, want %s, a UUIDv7", orderID, key, status, got, want)
+		}
+		if got == order.InvoiceEventID(orderID, key, order.StatusPending) || [6]byte(got[:6]) != [6]byte(key[:6]) {
+			t.Fatalf("id %s: want it to depend on the status and carry the key's timestamp", got)
+		}
+	}
+}
+
+// TestTransitionsWriteTheirEvents (issue 26, point 1): every move of an
+// invoice into charged, declined, rejected or held writes one event in its
+// own transaction, on every path; duplicates and pending write nothing; a
+// reopened invoice later charged yields InvoiceRejected, then
+// InvoiceCharged.
+func TestTransitionsWriteTheirEvents(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool, postgres.WithEvents(true))
+	answers := map[string][]error{ // per order, the gateway's answers in turn (nil: charge)
+		"ord-charged":  {nil},
+		"ord-declined": {errDeclined},
+		// the redelivery of the rejected event reopens it under its own
+		// key and is refused again: the same transition, one event
+		"ord-reopened": {refused(order.RefusalRejected, 400), refused(order.RefusalRejected, 400), nil},
+		"ord-held":     {refused(order.RefusalKeyReused, 422)},
+		"ord-pending":  {unavailable, unavailable},
+	}
+	gw := &fakeGateway{}
+	var mu sync.Mutex
+	gw.answer = func(_ int, req order.ChargeRequest) (order.ChargeResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		a := answers[req.OrderID]
+		var answer error
+		if len(a) > 0 {
+			answer, answers[req.OrderID] = a[0], a[1:]
+		}
+		switch {
+		case answer == nil:
+			return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: "ch-" + req.OrderID}, nil
+		case errors.Is(answer, errDeclined):
+			return order.ChargeResult{Status: order.ChargeDeclined}, nil
+		}
+		return order.ChargeResult{}, answer
+	}
+	svc := order.NewBillingService(store, gw, group)
+	evts := map[string]order.OrderConfirmedEvent{}
+	for id := range answers {
+		evts[id] = event(t, id)
+		_, _ = svc.Bill(ctx, evts[id])
+		_, _ = svc.Bill(ctx, evts[id]) // a redelivery: a duplicate, or the same refusal's duplicate
+	}
+	second := event(t, "ord-reopened")
+	if out, err := svc.Bill(ctx, second); err != nil || out != order.OutcomeCharged {
+		t.Fatalf("the reopening event = %s, %v, want charged", out, err)
+	}
+	if _, err := svc.Bill(ctx, event(t, "ord-charged")); err != nil {
+		t.Fatal(err) // a duplicate by order: no event
+	}
+
+	p := &recordingPublisher{}
+	publishAll(ctx, t, store, p)
+	type want struct {
+		order  string
+		key    uuid.UUID
+		status order.InvoiceStatus
+	}
+	wants := []want{
+		{"ord-charged", evts["ord-charged"].EventID, order.StatusCharged},
+		{"ord-declined", evts["ord-declined"].EventID, order.StatusDeclined},
+		{"ord-held", evts["ord-held"].EventID, order.StatusHeld},
+		{"ord-reopened", evts["ord-reopened"].EventID, order.StatusRejected},
+		{"ord-reopened", second.EventID, order.StatusCharged},
+	}
+	got := p.published()
+	if len(got) != len(wants) {
+		t.Fatalf("published %d events, want %d: %+v", len(got), len(wants), got)
+	}
+	byOrder := map[string][]order.InvoiceEvent{}
+	for _, e := range got {
+		byOrder[e.OrderID] = append(byOrder[e.OrderID], e)
+	}
+	for _, w := range wants {
+		es := byOrder[w.order]
+		if len(es) == 0 {
+			t.Errorf("no event of %s %s", w.order, w.status)
+			continue
+		}
+		e := es[0]
+		byOrder[w.order] = es[1:]
+		if e.Status != w.status || e.IdempotencyKey != w.key || e.EventID != order.InvoiceEventID(w.order, w.key, w.status) ||
+			e.Amount != 12990 || e.Currency != "EUR" || e.CustomerID != "cus-"+w.order || e.OccurredAt.IsZero() {
+			t.Errorf("event of %s = %+v, want %s under %s with its id", w.order, e, w.status, w.key)
+		}
+		if w.status == order.StatusCharged && e.ChargeID != "ch-"+w.order {
+			t.Errorf("InvoiceCharged of %s: charge id %q", w.order, e.ChargeID)
+		}
+		if (w.status == order.StatusRejected || w.status == order.StatusHeld) && e.Reason == "" {
+			t.Errorf("%s of %s without a reason", e.Type(), w.order)
+		}
+	}
+}
+
+var (
+	errDeclined = errors.New("decline")
+	unavailable = order.MarkChargeEnded(&order.TransientError{Op: "charge", Err: errors.New("503")})
+)
+
+// TestEventsOfTheOtherTransitions: a hold by the key's age (reserve, take,
+// the completer's sweep) and a person's decision write their events too;
+// a resume writes none.
+func TestEventsOfTheOtherTransitions(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool, postgres.WithEvents(true))
+	aged := order.AttemptTerms{Life: time.Minute, HoldAfter: time.Nanosecond}
+	keys := map[string]uuid.UUID{}
+	for _, id := range []string{"ord-reserve", "ord-take", "ord-sweep", "ord-resolved"} {
+		keys[id] = newEventID(t)
+		if _, err := store.Reserve(ctx, pendingInvoice(id, keys[id]), group, ended); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := store.Reserve(ctx, pendingInvoice("ord-reserve", newEventID(t)), group, aged); err != nil || !r.Held {
+		t.Fatalf("Reserve past the key's age = %+v, %v, want held", r, err)
+	}
+	if tk, err := store.TakeAttempt(ctx, "ord-take", keys["ord-take"], aged); err != nil || !tk.Held {
+		t.Fatalf("TakeAttempt past the key's age = %+v, %v, want held", tk, err)
+	}
+	held, err := store.HoldStale(ctx, aged)
+	if err != nil || len(held) != 2 {
+		t.Fatalf("HoldStale() = %v, %v, want ord-sweep and ord-resolved", held, err)
+	}
+	if _, _, err := store.Resolve(ctx, "ord-resolved", order.Resolution{Status: order.StatusCharged, ChargeID: "ch_by_hand"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Resolve(ctx, "ord-sweep", order.Resolution{Status: order.StatusPending}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	p := &recordingPublisher{}
+	publishAll(ctx, t, store, p)
+	var got []string
+	for _, e := range p.published() {
+		if e.EventID != order.InvoiceEventID(e.OrderID, keys[e.OrderID], e.Status) {
+			t.Errorf("event %+v: id not its transition's", e)
+		}
+		got = append(got, e.OrderID+" "+string(e.Type()))
+	}
+	slices.Sort(got)
+	want := []string{"ord-reserve InvoiceHeld", "ord-resolved InvoiceCharged", "ord-resolved InvoiceHeld", "ord-sweep InvoiceHeld", "ord-take InvoiceHeld"}
+	if !slices.Equal(got, want) {
+		t.Errorf("published %v, want %v", got, want)
+	}
+}
+
+// TestNoEventsWhenPublishingIsOff: BILLING_PUBLISH_EVENTS=false writes no
+// outbox rows.
+func TestNoEventsWhenPublishingIsOff(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	e := newBillingEnv(t) // a store without WithEvents
+	e.bill(ctx, t, event(t, "ord-1"), order.OutcomeCharged)
+	if st, err := e.store.OutboxStats(ctx); err != nil || st.Pending != 0 {
+		t.Errorf("OutboxStats() = %+v, %v, want nothing written", st, err)
+	}
+}
+
+// TestRelaysPublishEachRowOnceInOrder (issue 26, point 3): relays of
+// several pods publish at once, each row by one of them, every event once,
+// and each order's events in the order of its transitions.
+func TestRelaysPublishEachRowOnceInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool, postgres.WithEvents(true))
+	// Each order: rejected under a first key, reopened and rejected again
+	// under a second, reopened and charged under a third.
+	const orders = 40
+	var want []uuid.UUID
+	for i := range orders {
+		id := fmt.Sprintf("ord-%02d", i)
+		for j, status := range []order.InvoiceStatus{order.StatusRejected, order.StatusRejected, order.StatusCharged} {
+			key := newEventID(t)
+			r, err := store.Reserve(ctx, pendingInvoice(id, key), group, terms)
+			if err != nil || r.Attempt == 0 {
+				t.Fatalf("Reserve %d of %s = %+v, %v", j, id, r, err)
+			}
+			if ok, err := store.Settle(ctx, order.Settlement{OrderID: id, Key: key, Attempt: r.Attempt, Status: status, Reason: "400"}); err != nil || !ok {
+				t.Fatalf("Settle = %v, %v", ok, err)
+			}
+			want = append(want, order.InvoiceEventID(id, key, status))
+		}
+	}
+	p := &recordingPublisher{}
+	var wg sync.WaitGroup
+	for range 3 {
+		relay := order.NewOutboxRelay(postgres.NewStore(pool), p, order.RelayOptions{Batch: 5})
+		wg.Go(func() {
+			for {
+				n, err := relay.RunOnce(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if st, err := store.OutboxStats(ctx); n == 0 && err == nil && st.Pending == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := p.published()
+	seen := map[uuid.UUID]int{}
+	last := map[string]int{} // order → index in want of its last published event
+	index := map[uuid.UUID]int{}
+	for i, id := range want {
+		index[id] = i
+	}
+	for _, e := range got {
+		seen[e.EventID]++
+		i := index[e.EventID]
+		if prev, ok := last[e.OrderID]; ok && prev > i {
+			t.Errorf("%s: event %d published after event %d", e.OrderID, i, prev)
+		}
+		last[e.OrderID] = i
+	}
+	for _, id := range want {
+		if seen[id] != 1 {
+			t.Errorf("event %s published %d times, want once", id, seen[id])
+		}
+	}
+}
+
+// TestRepublishedWithTheSameID (issue 26, point 2): a relay that published
+// and died before deleting, and a settle lost in a crash and redone,
+// publish the same event ids again, never new ones.
+func TestRepublishedWithTheSameID(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	ledger := &beforeSettle{Store: postgres.NewStore(pool, postgres.WithEvents(true)), pool: pool, rows: map[string]json.RawMessage{}}
+	stub, client := startStub(t)
+	svc := order.NewBillingService(ledger, client, group, order.WithAttemptTerms(shortAttempts))
+	evt := event(t, "ord-1")
+	if out, err := svc.Bill(ctx, evt); err != nil || out != order.OutcomeCharged {
+		t.Fatalf("Bill() = %s, %v", out, err)
+	}
+	want := order.InvoiceEventID("ord-1", evt.EventID, order.StatusCharged)
+
+	// The relay publishes, then dies before its commit.
+	dying := &recordingPublisher{fail: errors.New("killed after the write")}
+	relay := order.NewOutboxRelay(ledger.Store, dying, order.RelayOptions{})
+	if _, err := relay.RunOnce(ctx); err == nil {
+		t.Fatal("RunOnce() with a dying publisher: no error")
+	}
+	// The next pass publishes the row again, same id.
+	again := &recordingPublisher{}
+	publishAll(ctx, t, ledger.Store, again)
+
+	// The settle is lost in a Postgres crash (the outbox row with it: it is
+	// already published and deleted here) and redone from the redelivered
+	// event: its event comes back with the same id.
+	ledger.loseSettle(ctx, t, "ord-1")
+	if out, err := billUntilFinal(ctx, t, svc, evt); err != nil || out != order.OutcomeCharged {
+		t.Fatalf("Bill() after the lost settle = %s, %v", out, err)
+	}
+	publishAll(ctx, t, ledger.Store, again)
+
+	for name, p := range map[string]*recordingPublisher{"dying relay": dying, "next relay": again} {
+		for _, e := range p.published() {
+			if e.EventID != want {
+				t.Errorf("%s published %s, want only %s", name, e.EventID, want)
+			}
+		}
+	}
+	if n := len(again.published()); n != 2 {
+		t.Errorf("published %d times after the crashes, want 2 (the relay's retry, the redone settle)", n)
+	}
+	if cs := stub.ChargesForOrder("ord-1"); len(cs) != 1 {
+		t.Errorf("charges = %d, want 1", len(cs))
+	}
+}
+
+// TestOutboxGrowsWhileKafkaRefuses (issue 26, point 3): while the publisher
+// fails, billing goes on, the outbox keeps every event and its stats say
+// so; once it succeeds, everything leaves.
+func TestOutboxGrowsWhileKafkaRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool, postgres.WithEvents(true))
+	svc := order.NewBillingService(store, &fakeGateway{}, group)
+	refusing := &recordingPublisher{fail: errors.New("kafka: not leader")}
+	relay := order.NewOutboxRelay(store, refusing, order.RelayOptions{})
+	for i := range 10 {
+		if out, err := svc.Bill(ctx, event(t, fmt.Sprintf("ord-%d", i))); err != nil || out != order.OutcomeCharged {
+			t.Fatalf("Bill() = %s, %v: billing must go on", out, err)
+		}
+		if _, err := relay.RunOnce(ctx); err == nil {
+			t.Fatal("RunOnce() with Kafka refusing: no error")
+		}
+	}
+	st, err := store.OutboxStats(ctx)
+	if err != nil || st.Pending != 10 || st.Oldest <= 0 {
+		t.Errorf("OutboxStats() = %+v, %v, want 10 waiting, the oldest aged", st, err)
+	}
+	ok := &recordingPublisher{}
+	publishAll(ctx, t, store, ok)
+	if n := len(ok.published()); n != 10 {
+		t.Errorf("published %d once Kafka took them, want 10", n)
+	}
+}
