@@ -44,7 +44,7 @@ func TestInvoiceEventsPublished(t *testing.T) {
 	recs := kafkatest.ReadAll(t, h.brokers, h.cfg.KafkaInvoiceTopic, 3, 20*time.Second)
 	type value struct {
 		EventID, EventType, OrderID, IdempotencyKey, ChargeID, Reason string
-		Amount                                                      int64
+		Amount                                                        int64
 	}
 	var got []value
 	for _, r := range recs {
