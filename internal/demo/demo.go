@@ -7,6 +7,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -83,11 +84,17 @@ type Report struct {
 	DLQ           []kafkago.Message
 	BadSent       []string
 	Elapsed       time.Duration
+	// Published counts the invoice events on the invoice topic by type;
+	// EventIDProblems says which final invoices do not have exactly one
+	// event id, the one of their transition (empty when all do).
+	Published       map[order.InvoiceEventType]int
+	EventIDProblems []string
 }
 
 const (
-	topic = "orders.order-confirmed.v1"
-	group = "billing-order-confirmed"
+	topic        = "orders.order-confirmed.v1"
+	group        = "billing-order-confirmed"
+	invoiceTopic = "billing.invoice-events.v1"
 )
 
 // Run runs the demo and writes its summary to out.
@@ -162,6 +169,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 		PaymentBaseURL: gwURL, PaymentTimeout: 5 * time.Second, DefaultCurrency: "USD",
 		MaxInFlight: o.MaxInFlight, DedupRetention: 168 * time.Hour, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour, HTTPAddr: "127.0.0.1:0",
 		LogLevel: "info", MigrateOnStart: true, ShutdownTimeout: 10 * time.Second,
+		PublishEvents: true, KafkaInvoiceTopic: invoiceTopic,
 	}
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
@@ -211,6 +219,13 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 		}
 	}
 	elapsed := time.Since(start)
+	// Billing's decisions leave through the outbox: wait for the relay to
+	// empty it before stopping.
+	if err := waitOutboxEmpty(ctx, dsn, deadline); err != nil {
+		stop()
+		<-runErr
+		return nil, err
+	}
 	stop()
 	if err := <-runErr; err != nil {
 		return nil, fmt.Errorf("service: %w", err)
@@ -225,6 +240,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 	fmt.Fprintf(out, "service log: %s\n", o.LogFile)
 	if len(rep.DoubleCharged) > 0 || rep.Invoices[order.StatusPending] > 0 {
 		return rep, errors.New("exactly-once check failed")
+	}
+	if len(rep.EventIDProblems) > 0 {
+		return rep, errors.New("invoice events check failed")
 	}
 	return rep, nil
 }
@@ -338,8 +356,84 @@ func report(ctx context.Context, a *app.App, dsn string, brokers []string, stub 
 			rep.Gateway503++
 		}
 	}
-	rep.DLQ, err = readTopic(ctx, brokers, "billing.order-confirmed.dlq")
-	return rep, err
+	if rep.DLQ, err = readTopic(ctx, brokers, "billing.order-confirmed.dlq"); err != nil {
+		return nil, err
+	}
+	events, err := readTopic(ctx, brokers, invoiceTopic)
+	if err != nil {
+		return nil, err
+	}
+	rep.Published, rep.EventIDProblems = checkEvents(invs, events)
+	return rep, nil
+}
+
+// checkEvents counts the invoice events by type and checks that every final
+// invoice has exactly one distinct event id, its transition's (copies of
+// one id, a relay's retry, are allowed), and that no event names an order
+// without an invoice.
+func checkEvents(invs []order.Invoice, events []kafkago.Message) (map[order.InvoiceEventType]int, []string) {
+	published := map[order.InvoiceEventType]int{}
+	ids := map[string]map[string]string{} // order → event id → event type
+	var problems []string
+	for _, m := range events {
+		var v struct {
+			EventID   string `json:"event_id"`
+			EventType string `json:"event_type"`
+			OrderID   string `json:"order_id"`
+		}
+		if err := json.Unmarshal(m.Value, &v); err != nil {
+			problems = append(problems, fmt.Sprintf("unreadable event %q", m.Value))
+			continue
+		}
+		if ids[v.OrderID] == nil {
+			ids[v.OrderID] = map[string]string{}
+		}
+		if _, seen := ids[v.OrderID][v.EventID]; !seen {
+			published[order.InvoiceEventType(v.EventType)]++
+		}
+		ids[v.OrderID][v.EventID] = v.EventType
+	}
+	for _, inv := range invs {
+		got := ids[inv.OrderID]
+		delete(ids, inv.OrderID)
+		if !inv.Status.Final() {
+			continue
+		}
+		want := order.InvoiceEventID(inv.OrderID, inv.EventID, inv.Status).String()
+		if _, ok := got[want]; !ok || len(got) != 1 {
+			problems = append(problems, fmt.Sprintf("%s (%s): event ids %v, want only %s", inv.OrderID, inv.Status, got, want))
+		}
+	}
+	for orderID := range ids {
+		problems = append(problems, orderID+": an event for an order without an invoice")
+	}
+	slices.Sort(problems)
+	return published, problems
+}
+
+// waitOutboxEmpty waits until the outbox relay has published every event,
+// or the deadline.
+func waitOutboxEmpty(ctx context.Context, dsn string, deadline time.Time) error {
+	pool, err := postgres.NewPool(ctx, dsn, 1)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store := postgres.NewStore(pool)
+	for {
+		st, err := store.OutboxStats(ctx)
+		if err == nil && st.Pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out: %d invoice events still in the outbox (%v)", st.Pending, err)
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // readTopic reads every record of a topic (all partitions, from the start).
@@ -394,8 +488,9 @@ func printReport(out io.Writer, r *Report, o Options, dlq string) {
 		p("  %-16s %4d", k, r.Outcomes[string(k)])
 	}
 	p("")
-	p("invoices in Postgres: %d orders — %d charged, %d declined, %d pending",
-		r.Orders, r.Invoices[order.StatusCharged], r.Invoices[order.StatusDeclined], r.Invoices[order.StatusPending])
+	p("invoices in Postgres: %d orders — %d charged, %d declined, %d rejected, %d held, %d pending",
+		r.Orders, r.Invoices[order.StatusCharged], r.Invoices[order.StatusDeclined], r.Invoices[order.StatusRejected],
+		r.Invoices[order.StatusHeld], r.Invoices[order.StatusPending])
 	p("payment gateway: %d calls, %d answered 503 and were retried with the same Idempotency-Key; %d charges for %d orders",
 		r.GatewayCalls, r.Gateway503, r.Charges, r.ChargedOrders)
 	var names []string
@@ -412,6 +507,20 @@ func printReport(out io.Writer, r *Report, o Options, dlq string) {
 			break
 		}
 		p("    x-error: %s", n)
+	}
+	var published []string
+	total := 0
+	for _, typ := range order.InvoiceEventTypes() {
+		published = append(published, fmt.Sprintf("%d %s", r.Published[typ], typ))
+		total += r.Published[typ]
+	}
+	p("invoice events on %s: %d (%s)", invoiceTopic, total, strings.Join(published, ", "))
+	if len(r.EventIDProblems) == 0 {
+		p("  every final invoice has exactly one event id, its transition's")
+	} else {
+		for _, pr := range r.EventIDProblems {
+			p("  PROBLEM: %s", pr)
+		}
 	}
 	p("")
 	if len(r.DoubleCharged) == 0 && r.Invoices[order.StatusPending] == 0 {
