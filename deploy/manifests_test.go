@@ -449,9 +449,14 @@ func TestDeploymentContract(t *testing.T) {
 		if len(spec.InitContainers) != 1 {
 			t.Fatalf("initContainers: got %d, want 1 (migrate)", len(spec.InitContainers))
 		}
+		// It waits for an unreachable Postgres (bounded) rather than
+		// crash-looping: a pod restarted during an outage starts the moment
+		// Postgres answers.
 		ic := spec.InitContainers[0]
-		if !slices.Equal(ic.Args, []string{"migrate"}) || ic.Image != c.Image {
-			t.Errorf("init container: %s %q, want %s [migrate]", ic.Image, ic.Args, c.Image)
+		if len(ic.Args) != 2 || ic.Args[0] != "migrate" || !strings.HasPrefix(ic.Args[1], "--wait=") || ic.Image != c.Image {
+			t.Errorf("init container: %s %q, want %s [migrate --wait=…]", ic.Image, ic.Args, c.Image)
+		} else if d, err := time.ParseDuration(strings.TrimPrefix(ic.Args[1], "--wait=")); err != nil || d <= 0 {
+			t.Errorf("init container: %s: want a positive duration (%v)", ic.Args[1], err)
 		}
 		if !reflect.DeepEqual(ic.EnvFrom, c.EnvFrom) {
 			t.Errorf("init container envFrom %+v differs from the service's %+v", ic.EnvFrom, c.EnvFrom)

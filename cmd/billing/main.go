@@ -21,9 +21,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
@@ -120,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return migrate(ctx, cfg, log)
+		return migrate(ctx, cfg, log, args, stderr)
 	case "dlq replay":
 		cfg, log, err := load(stdout)
 		if err != nil {
@@ -191,18 +193,79 @@ func runService(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 // on top of BILLING_SHUTDOWN_TIMEOUT, within the pod's grace period.
 const tracingFlushTimeout = 5 * time.Second
 
-func migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+// defaultMigrateWait is how long `billing migrate` waits for an unreachable
+// Postgres. Long enough to ride out a restart or a managed failover (a
+// minute or two) in the init container, where the pod then starts the
+// moment Postgres answers instead of after a crash-loop back-off (up to 5
+// minutes); short enough that a person or a CI job with a wrong host hears
+// of it within minutes. After it the init container exits 1 and the
+// kubelet starts it again, so a longer outage shows as restarts.
+const defaultMigrateWait = 5 * time.Minute
+
+// migrate implements `billing migrate [--wait D]`: it applies the
+// migrations, waiting up to D while Postgres is unreachable (the time
+// counts from the first failed attempt). What waiting cannot fix (refused
+// credentials, a missing database, an untrusted certificate, a failing
+// migration) ends it at once.
+func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stderr io.Writer) error {
+	fs := flagSet("migrate", stderr)
+	wait := fs.Duration("wait", defaultMigrateWait, "how long to wait for an unreachable Postgres before giving up (0: not at all)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, commandHelp["migrate"])
+		return errUsage
+	}
+	if *wait < 0 {
+		return errors.New("--wait: must not be negative")
+	}
+	backoff := order.NewRetryPolicy().Startup
+	var since time.Time // of the first failed attempt
+	for attempt := 1; ; attempt++ {
+		err := migrateOnce(ctx, cfg)
+		if err == nil {
+			log.Info("schema is current")
+			return nil
+		}
+		if why := postgres.Misconfigured(err); why != "" {
+			return fmt.Errorf("postgres: %s: check BILLING_DATABASE_URL", why)
+		}
+		if ctx.Err() != nil || !postgres.Unreachable(err) {
+			return err
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		left := *wait - time.Since(since)
+		if left <= 0 {
+			return fmt.Errorf("postgres unreachable, gave up after billing migrate --wait %s: %s", *wait, oneLine(err.Error()))
+		}
+		log.Warn("waiting for postgres", slog.Int("attempt", attempt), slog.Duration("left", left.Round(time.Second)), slog.String("error", oneLine(err.Error())))
+		t := time.NewTimer(min(backoff.Delay(attempt-1), left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// migrateOnce opens a pool of two connections (a no-transaction migration
+// takes both), applies the migrations and closes it.
+func migrateOnce(ctx context.Context, cfg config.Config) error {
 	pool, err := postgres.NewPool(ctx, cfg.DatabaseURL.Reveal(), 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		return err
-	}
-	log.Info("schema is current")
-	return nil
+	return postgres.Migrate(ctx, pool)
 }
+
+// oneLine joins the lines of a driver's message (pgx lists one line per
+// address it tried).
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // flagSet returns a FlagSet that reports to stderr and does not exit.
 func flagSet(name string, stderr io.Writer) *flag.FlagSet {
