@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/migrations"
 )
 
@@ -250,6 +253,35 @@ func record(ctx context.Context, tx pgx.Tx, version string) error {
 		return fmt.Errorf("migrate %s: commit: %w", version, translate(ctx, err))
 	}
 	return nil
+}
+
+// Misconfigured returns what is wrong when err says that Postgres refused
+// the connection for a reason waiting does not fix: the credentials, the
+// database name, or trust in its certificate; otherwise "". Such an error
+// is still an outage to TranslateError (no connection can be had), but a
+// process starting up should stop and name its DSN rather than wait.
+func Misconfigured(err error) string {
+	var (
+		pgErr   *pgconn.PgError
+		certErr *tls.CertificateVerificationError
+		uaErr   x509.UnknownAuthorityError
+	)
+	switch {
+	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"):
+		return fmt.Sprintf("authentication refused (SQLSTATE %s): check the user and password", pgErr.Code)
+	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
+		return "the database does not exist"
+	case errors.As(err, &certErr), errors.As(err, &uaErr):
+		return "TLS certificate not trusted: check sslmode and sslrootcert"
+	}
+	return ""
+}
+
+// Unreachable reports whether err (translated) means that Postgres cannot
+// be reached or is not available now, which waiting may end: an outage
+// that is not Misconfigured.
+func Unreachable(err error) bool {
+	return order.Classify(err) == order.ClassOutage && Misconfigured(err) == ""
 }
 
 // Pending returns the versions of the embedded migrations that the
