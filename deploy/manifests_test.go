@@ -43,8 +43,10 @@ const (
 	overlayHPA = overlayDir + ":hpa"
 	// overlayBoth adds the HPA beside KEDA: it must not render.
 	overlayBoth = overlayDir + ":hpa+keda"
-	obsDir      = "observability"
-	strimziDir  = "strimzi"
+	// overlayTracing has the overlay's commented tracing lines switched on.
+	overlayTracing = overlayDir + ":tracing"
+	obsDir         = "observability"
+	strimziDir     = "strimzi"
 )
 
 // Components, under components/.
@@ -62,7 +64,7 @@ var allComponents = []string{compMonitoring, compHPA, compKEDA, compTracing}
 // kustomizations are what forEachKustomization renders: the base with every
 // combination of components that go together (all but HPA with KEDA), the
 // example overlay, and the overlay with the HPA instead of KEDA.
-var kustomizations = append(combinations(func(c map[string]bool) bool { return !(c[compHPA] && c[compKEDA]) }), overlayDir, overlayHPA)
+var kustomizations = append(combinations(func(c map[string]bool) bool { return !(c[compHPA] && c[compKEDA]) }), overlayDir, overlayHPA, overlayTracing)
 
 // combinations returns "base" plus every subset of allComponents that keep
 // accepts, as renderNow's names.
@@ -121,6 +123,9 @@ func overlayVariant(dir string, kustomization []byte) []byte {
 		return bytes.Replace(kustomization, keda, []byte("- ../../components/hpa\n"), 1)
 	case overlayBoth:
 		return bytes.Replace(kustomization, keda, append(slices.Clone(keda), "  - ../../components/hpa\n"...), 1)
+	case overlayTracing:
+		on := bytes.Replace(kustomization, []byte("# - ../../components/tracing\n"), []byte("- ../../components/tracing\n"), 1)
+		return bytes.ReplaceAll(on, []byte("# - OTEL_"), []byte("- OTEL_"))
 	}
 	return kustomization
 }
@@ -279,7 +284,7 @@ func renderNow(dir string) (*rendered, error) {
 				if v := overlayVariant(dir, b); !bytes.Equal(v, b) {
 					b = v
 				} else {
-					return nil, fmt.Errorf("%s: the overlay lists no ../../components/keda to swap", dir)
+					return nil, fmt.Errorf("%s: the overlay has not the lines this variant edits", dir)
 				}
 			}
 			if err := os.WriteFile(tmp+"/"+e.Name(), b, 0o644); err != nil {
