@@ -3,8 +3,14 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/billing
-# The version stamped into the binary (`billing version`, billing_build_info).
+# The version and VCS revision stamped into the binary and the image
+# (`billing version`, billing_build_info). The image build has no .git (see
+# .dockerignore), so the revision is passed, not read by the toolchain there.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo -dirty)
+LDFLAGS := -X github.com/acme/billing/internal/version.version=$(VERSION) -X github.com/acme/billing/internal/version.revision=$(REVISION)
+# The image `make image` builds and tags with $(VERSION).
+IMAGE ?= billing
 # Short fuzzing of the event decoder inside `make test`: a count of inputs, not a
 # duration, because a time limit that expires while an input is being minimized
 # fails the run with "context deadline exceeded" (a go test -fuzz quirk).
@@ -20,7 +26,11 @@ deps: ## install what the tests need (Postgres server, PgBouncer, JDK, Maven, Ka
 
 .PHONY: build
 build: ## build the static binary bin/billing
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X github.com/acme/billing/internal/version.version=$(VERSION)" -o $(BIN) ./cmd/billing
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/billing
+
+.PHONY: image
+image: ## build the container image $(IMAGE):$(VERSION), version and revision stamped (needs Docker)
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE):$(VERSION) .
 
 .PHONY: test
 # third_party/kafka-go is kafka-go as published plus a small patch

@@ -233,7 +233,7 @@ func TestDockerfile(t *testing.T) {
 	var built bool
 	for _, in := range build {
 		if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
-			for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags="-s -w"`, "-o /billing", "./cmd/billing"} {
+			for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags="-s -w `, "-o /billing", "./cmd/billing"} {
 				if !strings.Contains(in.args, want) {
 					t.Errorf("go build: %q lacks %s", in.args, want)
 				}

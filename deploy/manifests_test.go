@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"reflect"
 	"slices"
 	"strconv"
@@ -32,12 +34,19 @@ import (
 )
 
 // The kustomizations under test. The overlay includes the base; a name
-// with "+" is the base with those components (see renderNow).
+// with "+" is the base with those components (see renderNow), and
+// overlayHPA is the example overlay with its KEDA component swapped for the
+// HPA one, as its comment tells a user to do.
 const (
 	baseDir    = "base"
 	overlayDir = "overlays/example"
-	obsDir     = "observability"
-	strimziDir = "strimzi"
+	overlayHPA = overlayDir + ":hpa"
+	// overlayBoth adds the HPA beside KEDA: it must not render.
+	overlayBoth = overlayDir + ":hpa+keda"
+	// overlayTracing has the overlay's commented tracing lines switched on.
+	overlayTracing = overlayDir + ":tracing"
+	obsDir         = "observability"
+	strimziDir     = "strimzi"
 )
 
 // Components, under components/.
@@ -45,26 +54,58 @@ const (
 	compMonitoring = "monitoring"
 	compHPA        = "hpa"
 	compKEDA       = "keda"
+	compTracing    = "tracing"
 )
 
-// kustomizations are what forEachKustomization renders: the base alone, each
-// component on it, the components that go together, and the example overlay.
-var kustomizations = []string{
-	baseDir,
-	baseDir + "+" + compMonitoring,
-	baseDir + "+" + compHPA,
-	baseDir + "+" + compKEDA,
-	baseDir + "+" + compMonitoring + "+" + compHPA,
-	baseDir + "+" + compMonitoring + "+" + compKEDA,
-	overlayDir,
+// allComponents are the components under components/, in the order a
+// rendered kustomization lists them.
+var allComponents = []string{compMonitoring, compHPA, compKEDA, compTracing}
+
+// kustomizations are what forEachKustomization renders: the base with every
+// combination of components that go together (all but HPA with KEDA), the
+// example overlay, and the overlay with the HPA instead of KEDA.
+var kustomizations = append(combinations(func(c map[string]bool) bool { return !(c[compHPA] && c[compKEDA]) }), overlayDir, overlayHPA, overlayTracing)
+
+// combinations returns "base" plus every subset of allComponents that keep
+// accepts, as renderNow's names.
+func combinations(keep func(map[string]bool) bool) []string {
+	var out []string
+	for mask := range 1 << len(allComponents) {
+		name, set := baseDir, map[string]bool{}
+		for i, c := range allComponents {
+			if mask&(1<<i) != 0 {
+				name += "+" + c
+				set[c] = true
+			}
+		}
+		if keep(set) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
-// components returns the components a kustomization includes (the example
+// isOverlay reports whether dir is the example overlay or a variant of it.
+func isOverlay(dir string) bool { return dir == overlayDir || strings.HasPrefix(dir, overlayDir+":") }
+
+// components returns the components a kustomization includes (the
 // overlay's as its kustomization.yaml lists them).
 func components(dir string) map[string]bool {
 	out := map[string]bool{}
-	if dir == overlayDir {
-		out[compMonitoring], out[compKEDA] = true, true
+	if isOverlay(dir) {
+		var k struct {
+			Components []string `json:"components"`
+		}
+		b, err := os.ReadFile(overlayDir + "/kustomization.yaml")
+		if err != nil {
+			panic(err)
+		}
+		if err := yaml.Unmarshal(overlayVariant(dir, b), &k); err != nil {
+			panic(err)
+		}
+		for _, c := range k.Components {
+			out[path.Base(c)] = true
+		}
 		return out
 	}
 	for _, c := range strings.Split(dir, "+")[1:] {
@@ -73,12 +114,29 @@ func components(dir string) map[string]bool {
 	return out
 }
 
+// overlayVariant returns the example overlay's kustomization.yaml as the
+// variant dir has it.
+func overlayVariant(dir string, kustomization []byte) []byte {
+	keda := []byte("- ../../components/keda\n")
+	switch dir {
+	case overlayHPA:
+		return bytes.Replace(kustomization, keda, []byte("- ../../components/hpa\n"), 1)
+	case overlayBoth:
+		return bytes.Replace(kustomization, keda, append(slices.Clone(keda), "  - ../../components/hpa\n"...), 1)
+	case overlayTracing:
+		on := bytes.Replace(kustomization, []byte("# - ../../components/tracing\n"), []byte("- ../../components/tracing\n"), 1)
+		return bytes.ReplaceAll(on, []byte("# - OTEL_"), []byte("- OTEL_"))
+	}
+	return kustomization
+}
+
 // Names every test expects in the rendered output.
 const (
 	appName      = "billing"
 	configMap    = "billing-config"
 	secretName   = "billing-secrets"
 	dashboardCM  = "billing-dashboard"
+	autoscalerCM = "billing-autoscaler"
 	partitionsAn = "billing.acme.io/topic-partitions"
 	nonrootUID   = int64(65532)
 )
@@ -206,6 +264,35 @@ func render(t *testing.T, dir string) *rendered {
 }
 
 func renderNow(dir string) (*rendered, error) {
+	if isOverlay(dir) && dir != overlayDir {
+		// A copy of the overlay beside it, its kustomization edited.
+		tmp, err := os.MkdirTemp("overlays", ".render-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		entries, err := os.ReadDir(overlayDir)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			b, err := os.ReadFile(overlayDir + "/" + e.Name())
+			if err != nil {
+				return nil, err
+			}
+			if e.Name() == "kustomization.yaml" {
+				if v := overlayVariant(dir, b); !bytes.Equal(v, b) {
+					b = v
+				} else {
+					return nil, fmt.Errorf("%s: the overlay has not the lines this variant edits", dir)
+				}
+			}
+			if err := os.WriteFile(tmp+"/"+e.Name(), b, 0o644); err != nil {
+				return nil, err
+			}
+		}
+		dir = tmp
+	}
 	if parts := strings.Split(dir, "+"); len(parts) > 1 {
 		// The base plus components: a kustomization written for the run,
 		// beside the real ones (kustomize takes relative paths only).
@@ -360,7 +447,9 @@ func TestRenderedObjects(t *testing.T) {
 	byComponent := map[string][]string{
 		compMonitoring: {"ServiceMonitor/" + appName, "PrometheusRule/" + appName, "ConfigMap/" + dashboardCM},
 		compHPA:        {"HorizontalPodAutoscaler/" + appName},
-		compKEDA:       {"ScaledObject/" + appName},
+		// Every KEDA object comes with KEDA's component: choosing the HPA
+		// leaves none behind (KEDA's CRDs may not be installed).
+		compKEDA: {"ScaledObject/" + appName, "TriggerAuthentication/"},
 	}
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
 		comps := components(dir)
@@ -391,6 +480,16 @@ func TestRenderedObjects(t *testing.T) {
 		if comps[compHPA] && comps[compKEDA] {
 			t.Errorf("HPA and KEDA together: two autoscalers fight over the count")
 		}
+		// The autoscaler's marker names the one that owns the count.
+		owner := ""
+		if o, ok := r.objects["ConfigMap/"+autoscalerCM]; ok {
+			owner = o.(*corev1.ConfigMap).Data["owner"]
+		}
+		for _, c := range []string{compHPA, compKEDA} {
+			if comps[c] != (owner == c) {
+				t.Errorf("ConfigMap %s owner %q with component %s %v", autoscalerCM, owner, c, comps[c])
+			}
+		}
 		configMapNamed(t, r, configMap)
 		for k, o := range r.objects {
 			if strings.HasPrefix(k, "Secret/") {
@@ -399,13 +498,32 @@ func TestRenderedObjects(t *testing.T) {
 			meta := reflect.ValueOf(o).Elem().FieldByName("ObjectMeta").Interface().(metav1.ObjectMeta)
 			switch {
 			case k == "Namespace/billing":
-			case dir != overlayDir && meta.Namespace != "":
+			case !isOverlay(dir) && meta.Namespace != "":
 				t.Errorf("%s: namespace %q in the base, want none (overlays set it)", k, meta.Namespace)
-			case dir == overlayDir && meta.Namespace != "billing":
+			case isOverlay(dir) && meta.Namespace != "billing":
 				t.Errorf("%s: namespace %q, want billing", k, meta.Namespace)
 			}
 		}
 	})
+}
+
+// TestAutoscalersExclusive: KEDA's and the HPA's components together do not
+// render, whatever else is chosen, and the error names the guard.
+func TestAutoscalersExclusive(t *testing.T) {
+	t.Parallel()
+	both := append(combinations(func(c map[string]bool) bool { return c[compHPA] && c[compKEDA] }), overlayBoth)
+	if len(both) != 1<<(len(allComponents)-2)+1 {
+		t.Fatalf("combinations with both autoscalers: %v", both)
+	}
+	for _, dir := range both {
+		t.Run(dir, func(t *testing.T) {
+			t.Parallel()
+			_, err := renderNow(dir)
+			if err == nil || !strings.Contains(err.Error(), "already registered id") || !strings.Contains(err.Error(), autoscalerCM) {
+				t.Errorf("render %s: %v, want kustomize to refuse the second %s", dir, err, autoscalerCM)
+			}
+		})
+	}
 }
 
 // hasPrefix reports whether r holds an object whose "Kind/name" key starts
@@ -423,7 +541,7 @@ func TestDeploymentContract(t *testing.T) {
 	t.Parallel()
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
 		wantImage := "billing:1.0.0"
-		if dir == overlayDir {
+		if isOverlay(dir) {
 			wantImage = "registry.example.com/acme/billing:1.0.0"
 		}
 		d := get[appsv1.Deployment](t, r, "Deployment", appName)
@@ -449,9 +567,14 @@ func TestDeploymentContract(t *testing.T) {
 		if len(spec.InitContainers) != 1 {
 			t.Fatalf("initContainers: got %d, want 1 (migrate)", len(spec.InitContainers))
 		}
+		// It waits for an unreachable Postgres (bounded) rather than
+		// crash-looping: a pod restarted during an outage starts the moment
+		// Postgres answers.
 		ic := spec.InitContainers[0]
-		if !slices.Equal(ic.Args, []string{"migrate"}) || ic.Image != c.Image {
-			t.Errorf("init container: %s %q, want %s [migrate]", ic.Image, ic.Args, c.Image)
+		if len(ic.Args) != 2 || ic.Args[0] != "migrate" || !strings.HasPrefix(ic.Args[1], "--wait=") || ic.Image != c.Image {
+			t.Errorf("init container: %s %q, want %s [migrate --wait=…]", ic.Image, ic.Args, c.Image)
+		} else if d, err := time.ParseDuration(strings.TrimPrefix(ic.Args[1], "--wait=")); err != nil || d <= 0 {
+			t.Errorf("init container: %s: want a positive duration (%v)", ic.Args[1], err)
 		}
 		if !reflect.DeepEqual(ic.EnvFrom, c.EnvFrom) {
 			t.Errorf("init container envFrom %+v differs from the service's %+v", ic.EnvFrom, c.EnvFrom)
@@ -678,8 +801,10 @@ func TestEnvironmentIsKnownConfig(t *testing.T) {
 			env := containerEnv(t, r, c)
 			all := append(append(keys(env.fromConfigMap), keys(env.fromSecret)...), env.other...)
 			for _, n := range all {
-				if !names[n] && !goRuntimeEnv[n] {
-					t.Errorf("container %s: %s is not a billing variable (config.Names) nor a Go runtime one", c.Name, n)
+				// OTEL_*: read by internal/telemetry and the OpenTelemetry
+				// SDK (README.md, Traces).
+				if !names[n] && !goRuntimeEnv[n] && !strings.HasPrefix(n, "OTEL_") {
+					t.Errorf("container %s: %s is not a billing variable (config.Names), an OpenTelemetry one nor a Go runtime one", c.Name, n)
 				}
 			}
 			for n := range env.fromConfigMap {
@@ -858,31 +983,63 @@ func TestScrapingAndDisruption(t *testing.T) {
 				t.Errorf("NetworkPolicy podSelector %v does not select the %s's pods %v", np.Spec.PodSelector, what, l)
 			}
 		}
-		if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || len(np.Spec.Ingress[0].Ports) != 1 {
-			t.Fatalf("NetworkPolicy ingress: got %+v, want one rule, one peer, one port", np.Spec.Ingress)
-		}
-		in := np.Spec.Ingress[0]
-		if ns := in.From[0].NamespaceSelector; ns == nil || ns.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" || in.From[0].PodSelector != nil || in.From[0].IPBlock != nil {
-			t.Errorf("NetworkPolicy ingress from: got %+v, want the monitoring namespace only", in.From[0])
-		}
-		if p := in.Ports[0].Port; p == nil || *p != intstr.FromInt32(8080) {
-			t.Errorf("NetworkPolicy ingress port: got %v, want 8080", deref(p))
-		}
-		egress := map[string]bool{}
-		for _, e := range np.Spec.Egress {
-			for _, p := range e.Ports {
-				egress[fmt.Sprintf("%s/%s", p.Port.String(), *p.Protocol)] = true
-			}
-		}
-		for _, want := range []string{"9092/TCP", "9093/TCP", "5432/TCP", "443/TCP", "80/TCP", "53/UDP", "53/TCP"} {
-			if !egress[want] {
-				t.Errorf("NetworkPolicy egress: no %s in %v", want, keys(egress))
-			}
-		}
+		checkNetworkPolicy(t, dir, np, configMapNamed(t, r, configMap))
 		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
 			t.Errorf("NetworkPolicy policyTypes: got %v, want Ingress and Egress", np.Spec.PolicyTypes)
 		}
 	})
+}
+
+// checkNetworkPolicy: Prometheus may scrape the metrics port from one
+// namespace (which the overlay names), and the pods may reach every port
+// their configuration names: each broker of BILLING_KAFKA_BROKERS, Postgres
+// directly and through PgBouncer, the gateway, DNS, and with the tracing
+// component OTLP (and the port of OTEL_EXPORTER_OTLP_ENDPOINT when set).
+func checkNetworkPolicy(t *testing.T, dir string, np *networkingv1.NetworkPolicy, cm *corev1.ConfigMap) {
+	t.Helper()
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || len(np.Spec.Ingress[0].Ports) != 1 {
+		t.Fatalf("NetworkPolicy ingress: got %+v, want one rule, one peer, one port", np.Spec.Ingress)
+	}
+	in := np.Spec.Ingress[0]
+	if ns := in.From[0].NamespaceSelector; ns == nil || len(ns.MatchLabels) != 1 || ns.MatchLabels["kubernetes.io/metadata.name"] == "" || in.From[0].PodSelector != nil || in.From[0].IPBlock != nil {
+		t.Errorf("NetworkPolicy ingress from: got %+v, want one namespace, by name", in.From[0])
+	}
+	if p := in.Ports[0].Port; p == nil || *p != intstr.FromInt32(8080) {
+		t.Errorf("NetworkPolicy ingress port: got %v, want 8080", deref(p))
+	}
+	egress := map[string]bool{}
+	for _, e := range np.Spec.Egress {
+		for _, p := range e.Ports {
+			egress[fmt.Sprintf("%s/%s", p.Port.String(), *p.Protocol)] = true
+		}
+	}
+	want := []string{"5432/TCP", "6432/TCP", "443/TCP", "53/UDP", "53/TCP"}
+	for _, b := range strings.Split(effective(t, cm, "BILLING_KAFKA_BROKERS"), ",") {
+		_, port, err := net.SplitHostPort(strings.TrimSpace(b))
+		if err != nil {
+			t.Fatalf("BILLING_KAFKA_BROKERS %q: %v", b, err)
+		}
+		want = append(want, port+"/TCP")
+	}
+	tracing := components(dir)[compTracing]
+	if tracing {
+		want = append(want, "4317/TCP", "4318/TCP")
+	}
+	if ep := cm.Data["OTEL_EXPORTER_OTLP_ENDPOINT"]; ep != "" {
+		u, err := url.Parse(ep)
+		if err != nil || u.Port() == "" {
+			t.Fatalf("OTEL_EXPORTER_OTLP_ENDPOINT %q: want a URL with a port (%v)", ep, err)
+		}
+		want = append(want, u.Port()+"/TCP")
+	}
+	for _, w := range want {
+		if !egress[w] {
+			t.Errorf("NetworkPolicy egress: no %s in %v", w, keys(egress))
+		}
+	}
+	if !tracing && (egress["4317/TCP"] || egress["4318/TCP"]) {
+		t.Errorf("NetworkPolicy egress %v opens OTLP without the tracing component", keys(egress))
+	}
 }
 
 // partitionsOf reads the partition-count annotation of an autoscaler.
@@ -1003,7 +1160,7 @@ func TestKafkaCAMounted(t *testing.T) {
 	forEachKustomization(t, func(t *testing.T, dir string, r *rendered) {
 		cm := configMapNamed(t, r, configMap)
 		ca := effective(t, cm, "BILLING_KAFKA_TLS_CA_FILE")
-		if dir == overlayDir && (ca == "" || effective(t, cm, "BILLING_KAFKA_TLS_ENABLED") != "true") {
+		if isOverlay(dir) && (ca == "" || effective(t, cm, "BILLING_KAFKA_TLS_ENABLED") != "true") {
 			t.Errorf("example overlay: TLS %q with CA file %q, want TLS on with a mounted CA", effective(t, cm, "BILLING_KAFKA_TLS_ENABLED"), ca)
 		}
 		if ca == "" {

@@ -7,11 +7,19 @@ import (
 	"testing"
 )
 
-var nameRE = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
+var (
+	nameRE         = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
+	concurrentlyRE = regexp.MustCompile(`(?im)^[^-]*\bCONCURRENTLY\b`)
+)
+
+// noTxMarker is infra/postgres.NoTransactionMarker (this package cannot
+// import it: infra/postgres imports this one).
+const noTxMarker = "-- billing:no-transaction"
 
 // TestFiles checks what infra/postgres relies on: files named NNNN_name.sql,
-// one per number, each with SQL in it, and the first one creating the
-// contract's tables.
+// one per number, each with SQL in it, a file using CONCURRENTLY marked to
+// run outside a transaction, and the first one creating the contract's
+// tables.
 func TestFiles(t *testing.T) {
 	t.Parallel()
 	entries, err := fs.ReadDir(FS, ".")
@@ -38,6 +46,12 @@ func TestFiles(t *testing.T) {
 		}
 		if strings.TrimSpace(string(b)) == "" {
 			t.Errorf("%s is empty", e.Name())
+		}
+		// Postgres refuses CONCURRENTLY inside a transaction (25001): the
+		// file must say so on its first line (README.md).
+		first, _, _ := strings.Cut(string(b), "\n")
+		if concurrentlyRE.Match(b) && strings.TrimSpace(first) != noTxMarker {
+			t.Errorf("%s uses CONCURRENTLY: want %q as its first line", e.Name(), noTxMarker)
 		}
 	}
 	b, err := fs.ReadFile(FS, "0001_init.sql")

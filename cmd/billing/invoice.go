@@ -15,16 +15,16 @@ import (
 	"github.com/acme/billing/internal/config"
 )
 
-// invoiceResolveHelp is `billing invoice resolve -h`.
-const invoiceResolveHelp = `usage: billing invoice resolve ORDER_ID (--charged CHARGE_ID | --declined | --rejected | --resume)
-  a person's decision on a held invoice (a 422, or a key past half of BILLING_GATEWAY_KEY_TTL):
-  look the order's Idempotency-Key up in the gateway's own records first, then record what they show.
-  --charged CHARGE_ID  the gateway charged it: the charge id found there
-  --declined           the gateway declined it
-  --rejected           no money moved: the order's next event (or a DLQ replay) reopens it
-  --resume             back to pending for one more automatic attempt under its key;
-                       refused once half of BILLING_GATEWAY_KEY_TTL has passed since the key was first sent
-  Prints the invoice before and after. Only a held invoice is changed.`
+// invoiceResolveHelp is what `billing invoice resolve -h` says below the
+// usage line and summary (main.go's commands).
+const invoiceResolveHelp = `A held invoice: a 422, or a key past half of BILLING_GATEWAY_KEY_TTL. Look the order's
+Idempotency-Key up in the gateway's own records first, then record what they show.
+--charged CHARGE_ID  the gateway charged it: the charge id found there
+--declined           the gateway declined it
+--rejected           no money moved: the order's next event (or a DLQ replay) reopens it
+--resume             back to pending for one more automatic attempt under its key;
+                     refused once half of BILLING_GATEWAY_KEY_TTL has passed since the key was first sent
+Prints the invoice before and after. Only a held invoice is changed.`
 
 // resolveArgs is what `billing invoice resolve` was asked to do.
 type resolveArgs struct {

@@ -1,15 +1,7 @@
 // Command billing consumes OrderConfirmed events and bills each order once.
-//
-//	billing [run]          consume until SIGTERM/SIGINT, drain, commit, exit
-//	billing migrate        apply the embedded migrations
-//	billing dlq replay     copy DLQ records back to the main topic
-//	billing invoice resolve ORDER_ID (--charged ID | --declined | --rejected | --resume)
-//	                       a person's decision on a held invoice
-//	billing demo           run everything in-process against sample events
-//	billing version        print the version and VCS revision
-//	billing help           print usage (also -h, and <command> -h)
-//
-// Configuration is read from BILLING_* environment variables (README.md).
+// `billing -h` lists its commands (the table in commands), `billing
+// <command> -h` says what one does and takes, and `billing run -h` lists
+// the BILLING_* variables it reads.
 package main
 
 import (
@@ -21,9 +13,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
+	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
@@ -51,30 +46,146 @@ func reportFatal(w io.Writer, err error) {
 
 var errUsage = errors.New("usage")
 
-const usage = `usage: billing [run | migrate | dlq replay [--since RFC3339] [--limit N] [--dry-run] | invoice resolve ORDER_ID (--charged CHARGE_ID | --declined | --rejected | --resume) | demo | version | help]`
+// command is one of billing's commands. Help is static text and the
+// configuration table of Config's tags, so that it reads no configuration.
+type command struct {
+	name     string // as typed: "migrate", "dlq replay"
+	synopsis string // its arguments, for usage lines
+	summary  string // the line `billing -h` shows
+	details  string // what `billing <name> -h` adds: flags, notes
+	run      func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
 
-// commandHelp is what `billing <command> -h` prints. It is static text so
-// that help needs no configuration.
-var commandHelp = map[string]string{
-	"run": `usage: billing run
-  consume until SIGTERM/SIGINT, drain in-flight work, commit, exit (also plain "billing").
-  Configuration: BILLING_* environment variables (README.md).`,
-	"migrate": `usage: billing migrate
-  apply the embedded migrations; idempotent, safe from several pods at once.`,
-	"dlq replay": `usage: billing dlq replay [--since RFC3339] [--limit N] [--dry-run]
-  copy DLQ records back to the main topic, read from the DLQ's start.
-  --since RFC3339  replay only records whose x-failed-at is at or after this time
-  --limit N        stop after N records (0: no limit)
-  --dry-run        write nothing; print how many records would be replayed`,
-	"dlq": `usage: billing dlq replay [--since RFC3339] [--limit N] [--dry-run]
-  see billing dlq replay -h`,
-	"invoice resolve": invoiceResolveHelp,
-	"invoice": `usage: billing invoice resolve ORDER_ID (--charged CHARGE_ID | --declined | --rejected | --resume)
-  see billing invoice resolve -h`,
-	"demo": `usage: billing demo [flags]
-  run the service in-process against an embedded broker, Postgres and gateway stub.`,
-	"version": `usage: billing version
-  print the version and VCS revision.`,
+// commands returns billing's commands, in the order `billing -h` lists
+// them. A new command is a function of the run signature (its own file)
+// and an entry here.
+func commands() []command {
+	return []command{
+		{
+			name:    "run",
+			summary: `consume OrderConfirmed events and bill each order once, until SIGTERM/SIGINT; then drain, commit, exit (also plain "billing")`,
+			details: "Migrates first when BILLING_MIGRATE_ON_START=true; otherwise refuses to start while migrations are missing.",
+			run:     withConfig(runService),
+		},
+		{
+			name:     "migrate",
+			synopsis: "[--wait D]",
+			summary:  "apply the embedded database migrations; idempotent, safe from several pods at once",
+			details: `--wait D  how long to wait for an unreachable Postgres, logging "waiting for postgres",
+          before giving up with exit 1 (default ` + defaultMigrateWait.String() + `, 0: not at all); refused credentials,
+          a missing database or a failing migration end it at once`,
+			run: withConfig(migrate),
+		},
+		{
+			name:     "dlq replay",
+			synopsis: "[--since RFC3339] [--limit N] [--dry-run]",
+			summary:  "copy dead-lettered records back to the main topic, as their producers wrote them",
+			details: `Reads the DLQ from its start; replaying twice is harmless.
+--since RFC3339  replay only records whose x-failed-at is at or after this time
+--limit N        stop after N records (0: no limit)
+--dry-run        write nothing; print how many records would be replayed`,
+			run: withConfig(dlqReplay),
+		},
+		{
+			name:     "invoice resolve",
+			synopsis: "ORDER_ID (--charged CHARGE_ID | --declined | --rejected | --resume)",
+			summary:  "a person's decision on a held invoice: what the gateway's own records show, or one more automatic attempt",
+			details:  invoiceResolveHelp,
+			// Its output is the invoice before and after: the log goes to stderr.
+			run: withConfigLogTo(stderrWriter, invoiceResolve),
+		},
+		{
+			name:     "demo",
+			synopsis: "[--orders N] [--log FILE]",
+			summary:  "run the service in-process against an embedded broker, Postgres and gateway stub (make demo)",
+			details:  "Only in a binary built with -tags demo (make demo); the service image leaves it out.",
+			run:      runDemo,
+		},
+		{
+			name:    "version",
+			summary: "print the version and VCS revision (also billing_build_info)",
+			run: func(_ context.Context, _ []string, stdout, _ io.Writer) error {
+				fmt.Fprintln(stdout, version.Get())
+				return nil
+			},
+		},
+	}
+}
+
+// configured is a command that needs the configuration.
+type configured func(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout, stderr io.Writer) error
+
+// withConfig adapts a command that needs the configuration: it is read,
+// and a bad variable ends the command with one line naming it, before the
+// command runs. Its JSON log goes to stdout.
+func withConfig(f configured) func(context.Context, []string, io.Writer, io.Writer) error {
+	return withConfigLogTo(stdoutWriter, f)
+}
+
+// withConfigLogTo is withConfig with the log on the writer logTo picks.
+func withConfigLogTo(logTo func(stdout, stderr io.Writer) io.Writer, f configured) func(context.Context, []string, io.Writer, io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		cfg, log, err := load(logTo(stdout, stderr))
+		if err != nil {
+			return err
+		}
+		return f(ctx, cfg, log, args, stdout, stderr)
+	}
+}
+
+func stdoutWriter(stdout, _ io.Writer) io.Writer { return stdout }
+func stderrWriter(_, stderr io.Writer) io.Writer { return stderr }
+
+// usageLine is the one-line usage of c.
+func (c command) usageLine() string {
+	return strings.TrimSpace("usage: billing " + c.name + " " + c.synopsis)
+}
+
+// printUsage writes `billing -h`: the commands with a line each.
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: billing <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range commands() {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(tw, "  %s\t%s\n", "help", "print this list; billing <command> -h says what a command takes")
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configuration: BILLING_* environment variables; billing run -h lists them.")
+}
+
+// printCommandHelp writes `billing <command> -h`.
+func printCommandHelp(w io.Writer, c command) {
+	fmt.Fprintln(w, c.usageLine())
+	fmt.Fprintln(w, "  "+c.summary)
+	if c.details != "" {
+		fmt.Fprintln(w)
+		for l := range strings.Lines(c.details) {
+			fmt.Fprint(w, "  "+l)
+		}
+		fmt.Fprintln(w)
+	}
+	if c.name == "run" {
+		fmt.Fprintln(w)
+		printConfigHelp(w)
+	}
+}
+
+// printConfigHelp writes the configuration `billing run -h` lists: every
+// BILLING_* variable, and how tracing is switched on.
+func printConfigHelp(w io.Writer) {
+	fmt.Fprintln(w, "Configuration (environment; a bad value stops the program with one line naming the variable;")
+	fmt.Fprintln(w, "every command but demo, version and help reads it):")
+	fmt.Fprintln(w)
+	if err := config.Usage(w); err != nil {
+		fmt.Fprintln(w, err)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Tracing (OpenTelemetry) is off unless OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) is set;")
+	fmt.Fprintln(w, "OTEL_EXPORTER_OTLP_PROTOCOL is http/protobuf (default) or grpc, OTEL_SERVICE_NAME defaults to billing,")
+	fmt.Fprintln(w, "and the SDK's other OTEL_* variables apply (README.md, Traces).")
 }
 
 // wantsHelp reports whether args ask for help (-h, -help, --help).
@@ -90,60 +201,73 @@ func wantsHelp(args []string) bool {
 	return false
 }
 
+// lookup returns the command named name.
+func lookup(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
 // run dispatches a command. It is main without the process: tests call it.
+// Help comes before anything reads the configuration: it must work on a
+// machine where none is set.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd := "run"
+	name := "run"
 	if len(args) > 0 {
-		cmd, args = args[0], args[1:]
+		name, args = args[0], args[1:]
 	}
-	if cmd == "dlq" && len(args) > 0 && args[0] == "replay" {
-		cmd, args = "dlq replay", args[1:]
+	switch name {
+	case "-h", "--help", "-help":
+		printUsage(stdout)
+		return nil
+	case "help":
+		if len(args) == 0 {
+			printUsage(stdout)
+			return nil
+		}
+		// billing help <command>: that command's help.
+		name, args = args[0], append(args[1:], "-h")
 	}
-	if cmd == "invoice" && len(args) > 0 && args[0] == "resolve" {
-		cmd, args = "invoice resolve", args[1:]
+	// A command of two words: "dlq replay".
+	if len(args) > 0 {
+		if _, ok := lookup(name + " " + args[0]); ok {
+			name, args = name+" "+args[0], args[1:]
+		}
 	}
-	// Help before anything reads the configuration: it must work on a
-	// machine where none is set.
-	if text, ok := commandHelp[cmd]; ok && wantsHelp(args) {
-		fmt.Fprintln(stdout, text)
+	c, ok := lookup(name)
+	if !ok {
+		// The first word of commands of two words ("dlq"): their usage.
+		var group []command
+		for _, c := range commands() {
+			if strings.HasPrefix(c.name, name+" ") {
+				group = append(group, c)
+			}
+		}
+		w := stderr
+		if len(group) > 0 && wantsHelp(args) {
+			w = stdout
+		}
+		if len(group) == 0 {
+			fmt.Fprintf(w, "billing: unknown command %q\n\n", name)
+			printUsage(w)
+		}
+		for _, c := range group {
+			fmt.Fprintln(w, c.usageLine())
+			fmt.Fprintln(w, "  "+c.summary+"; billing "+c.name+" -h says more")
+		}
+		if w == stdout {
+			return nil
+		}
+		return errUsage
+	}
+	if wantsHelp(args) {
+		printCommandHelp(stdout, c)
 		return nil
 	}
-	switch cmd {
-	case "run":
-		cfg, log, err := load(stdout)
-		if err != nil {
-			return err
-		}
-		return runService(ctx, cfg, log)
-	case "migrate":
-		cfg, log, err := load(stdout)
-		if err != nil {
-			return err
-		}
-		return migrate(ctx, cfg, log)
-	case "dlq replay":
-		cfg, log, err := load(stdout)
-		if err != nil {
-			return err
-		}
-		return dlqReplay(ctx, cfg, log, args, stdout, stderr)
-	case "invoice resolve":
-		cfg, log, err := load(stderr)
-		if err != nil {
-			return err
-		}
-		return invoiceResolve(ctx, cfg, log, args, stdout, stderr)
-	case "demo":
-		return runDemo(ctx, args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, version.Get())
-		return nil
-	case "-h", "--help", "-help", "help":
-		fmt.Fprintln(stdout, usage)
-		return nil
-	}
-	fmt.Fprintln(stderr, usage)
-	return errUsage
+	return c.run(ctx, args, stdout, stderr)
 }
 
 // load reads the configuration and builds the JSON logger. A bad variable
@@ -162,7 +286,8 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})))
 }
 
-func runService(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+// runService implements `billing run`.
+func runService(ctx context.Context, cfg config.Config, log *slog.Logger, _ []string, _, _ io.Writer) error {
 	log.Info("configuration", slog.Any("config", cfg))
 	tracing, err := telemetry.Setup(ctx, log)
 	if err != nil {
@@ -191,18 +316,79 @@ func runService(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 // on top of BILLING_SHUTDOWN_TIMEOUT, within the pod's grace period.
 const tracingFlushTimeout = 5 * time.Second
 
-func migrate(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+// defaultMigrateWait is how long `billing migrate` waits for an unreachable
+// Postgres. Long enough to ride out a restart or a managed failover (a
+// minute or two) in the init container, where the pod then starts the
+// moment Postgres answers instead of after a crash-loop back-off (up to 5
+// minutes); short enough that a person or a CI job with a wrong host hears
+// of it within minutes. After it the init container exits 1 and the
+// kubelet starts it again, so a longer outage shows as restarts.
+const defaultMigrateWait = 5 * time.Minute
+
+// migrate implements `billing migrate [--wait D]`: it applies the
+// migrations, waiting up to D while Postgres is unreachable (the time
+// counts from the first failed attempt). What waiting cannot fix (refused
+// credentials, a missing database, an untrusted certificate, a failing
+// migration) ends it at once.
+func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, _, stderr io.Writer) error {
+	fs := flagSet("migrate", stderr)
+	wait := fs.Duration("wait", defaultMigrateWait, "how long to wait for an unreachable Postgres before giving up (0: not at all)")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "billing migrate: unexpected %q\n", fs.Arg(0))
+		return errUsage
+	}
+	if *wait < 0 {
+		return errors.New("--wait: must not be negative")
+	}
+	backoff := order.NewRetryPolicy().Startup
+	var since time.Time // of the first failed attempt
+	for attempt := 1; ; attempt++ {
+		err := migrateOnce(ctx, cfg)
+		if err == nil {
+			log.Info("schema is current")
+			return nil
+		}
+		if why := postgres.Misconfigured(err); why != "" {
+			return fmt.Errorf("postgres: %s: check BILLING_DATABASE_URL", why)
+		}
+		if ctx.Err() != nil || !postgres.Unreachable(err) {
+			return err
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		left := *wait - time.Since(since)
+		if left <= 0 {
+			return fmt.Errorf("postgres unreachable, gave up after billing migrate --wait %s: %s", *wait, oneLine(err.Error()))
+		}
+		log.Warn("waiting for postgres", slog.Int("attempt", attempt), slog.Duration("left", left.Round(time.Second)), slog.String("error", oneLine(err.Error())))
+		t := time.NewTimer(min(backoff.Delay(attempt-1), left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// migrateOnce opens a pool of two connections (a no-transaction migration
+// takes both), applies the migrations and closes it.
+func migrateOnce(ctx context.Context, cfg config.Config) error {
 	pool, err := postgres.NewPool(ctx, cfg.DatabaseURL.Reveal(), 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool); err != nil {
-		return err
-	}
-	log.Info("schema is current")
-	return nil
+	return postgres.Migrate(ctx, pool)
 }
+
+// oneLine joins the lines of a driver's message (pgx lists one line per
+// address it tried).
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // flagSet returns a FlagSet that reports to stderr and does not exit.
 func flagSet(name string, stderr io.Writer) *flag.FlagSet {

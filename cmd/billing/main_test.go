@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -43,8 +44,8 @@ func TestUsage(t *testing.T) {
 	if err := run(context.Background(), []string{"frobnicate"}, &stdout, &stderr); err == nil {
 		t.Fatal("unknown command accepted")
 	}
-	if !strings.Contains(stderr.String(), "usage: billing") {
-		t.Errorf("stderr = %q, want the usage line", stderr.String())
+	if !strings.Contains(stderr.String(), "usage: billing") || !strings.Contains(stderr.String(), `unknown command "frobnicate"`) {
+		t.Errorf("stderr = %q, want the unknown command named and the usage", stderr.String())
 	}
 	stderr.Reset()
 	setValidEnv(t)
@@ -92,7 +93,8 @@ func TestHelpWithoutConfiguration(t *testing.T) {
 		t.Setenv(n, "")
 	}
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"run", "-h"}, {"migrate", "--help"},
-		{"dlq", "replay", "-h"}, {"dlq", "replay", "--limit", "3", "-h"}, {"dlq", "-h"}, {"version", "-h"}} {
+		{"dlq", "replay", "-h"}, {"dlq", "replay", "--limit", "3", "-h"}, {"dlq", "-h"}, {"version", "-h"},
+		{"help", "migrate"}, {"help", "dlq", "replay"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			if err := run(context.Background(), args, &stdout, &stderr); err != nil {
@@ -145,5 +147,83 @@ func TestFatalErrorIsOneJSONLine(t *testing.T) {
 	}
 	if rec["level"] != "ERROR" || !strings.Contains(fmt.Sprint(rec["error"]), "BILLING_RETRY_DELAYS") {
 		t.Errorf("fatal report %v: want level ERROR and an error naming the variable", rec)
+	}
+}
+
+// TestHelpListsCommands: `billing -h` (and `billing help`) lists every
+// command with a line on what it does, not just the names.
+func TestHelpListsCommands(t *testing.T) {
+	for _, n := range config.Names() {
+		t.Setenv(n, "")
+	}
+	for _, args := range [][]string{{"-h"}, {"help"}} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+			t.Fatalf("billing %s: %v", strings.Join(args, " "), err)
+		}
+		out := stdout.String()
+		for _, want := range []struct{ cmd, says string }{
+			{"run", "bill each order once"},
+			{"migrate", "database migrations"},
+			{"dlq replay", "back to the main topic"},
+			{"invoice resolve", "a person's decision on a held invoice"},
+			{"demo", "in-process"},
+			{"version", "version and VCS revision"},
+		} {
+			var line string
+			for l := range strings.Lines(out) {
+				if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(strings.TrimSpace(l), want.cmd+" ") {
+					line = l
+				}
+			}
+			if !strings.Contains(line, want.says) {
+				t.Errorf("billing %s: the line of %s is %q, want it to say %q; output:\n%s", strings.Join(args, " "), want.cmd, line, want.says, out)
+			}
+		}
+		if !strings.Contains(out, "billing run -h") {
+			t.Errorf("billing %s does not point to billing run -h for the configuration:\n%s", strings.Join(args, " "), out)
+		}
+	}
+}
+
+// TestRunHelpListsConfiguration: `billing run -h` lists every BILLING_*
+// variable with its default (or "required") and its meaning, from the
+// config struct, without reading the environment: a bad value set does not
+// stop it.
+func TestRunHelpListsConfiguration(t *testing.T) {
+	setValidEnv(t)
+	t.Setenv("BILLING_MAX_IN_FLIGHT", "-1")
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"run", "-h"}, &stdout, &stderr); err != nil {
+		t.Fatalf("billing run -h with a bad variable set: %v", err)
+	}
+	lines := map[string]string{}
+	for l := range strings.Lines(stdout.String()) {
+		if f := strings.Fields(l); len(f) > 0 {
+			lines[f[0]] = l
+		}
+	}
+	typ := reflect.TypeFor[config.Config]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name := config.Prefix + "_" + f.Tag.Get("envconfig")
+		line, ok := lines[name]
+		if !ok {
+			t.Errorf("billing run -h does not list %s:\n%s", name, stdout.String())
+			continue
+		}
+		def := f.Tag.Get("default")
+		if f.Tag.Get("required") == "true" {
+			def = "required"
+		}
+		if def != "" && !strings.Contains(line, " "+def+" ") {
+			t.Errorf("billing run -h: %q lacks the default %q", line, def)
+		}
+		if !strings.HasSuffix(strings.TrimSpace(line), f.Tag.Get("desc")) {
+			t.Errorf("billing run -h: %q lacks the meaning %q", line, f.Tag.Get("desc"))
+		}
+	}
+	if !strings.Contains(stdout.String(), "OTEL_EXPORTER_OTLP_ENDPOINT") {
+		t.Errorf("billing run -h does not say how to switch tracing on:\n%s", stdout.String())
 	}
 }

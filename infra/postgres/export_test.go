@@ -2,6 +2,9 @@ package postgres
 
 import (
 	"context"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
 )
@@ -36,3 +39,17 @@ func (g *grouper[Req, Res]) queued() int {
 	defer g.mu.Unlock()
 	return len(g.queue)
 }
+
+// MigrateFS and PendingFS are Migrate and Pending over the migration set
+// fsys instead of the embedded one, for tests of the migrator itself.
+func MigrateFS(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) error {
+	return migrate(ctx, pool, fsys)
+}
+
+// PendingFS: see MigrateFS.
+func PendingFS(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) ([]string, error) {
+	return pending(ctx, pool, fsys)
+}
+
+// MigrateLockKey is the advisory lock key migrations take.
+const MigrateLockKey = migrateLockKey

@@ -125,7 +125,12 @@ func (queryTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Trac
 }
 
 // TraceBatchStart starts the span of a batch (one pipeline, one round trip):
-// its statements are its query text, separated by ";\n".
+// its statements are its query text, separated by ";\n". A batch that is a
+// billing step is named after it, and so is its db.query.summary (the
+// semantic conventions name a database span after the summary): "reserve
+// invoice" and "settle invoice" for one event's, "reserve invoices" and
+// "settle invoices" for a group's, so that a record's trace reads as its
+// steps. Any other batch is "BATCH".
 func (t queryTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx // not even the statement texts are joined
@@ -134,10 +139,34 @@ func (t queryTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data p
 	for i, q := range data.Batch.QueuedQueries {
 		texts[i] = q.SQL
 	}
-	return t.start(ctx, conn, "BATCH",
+	attrs := []attribute.KeyValue{
 		semconv.DBOperationName("BATCH"),
 		semconv.DBOperationBatchSize(len(texts)),
-		semconv.DBQueryText(strings.Join(texts, ";\n")))
+		semconv.DBQueryText(strings.Join(texts, ";\n")),
+	}
+	name := "BATCH"
+	if step := batchStep(texts); step != "" {
+		name = step + " invoice"
+		if g, ok := ctx.Value(groupKey{}).(groupSpan); ok && g.events > 1 {
+			name += "s"
+		}
+		attrs = append(attrs, semconv.DBQuerySummary(name))
+	}
+	return t.start(ctx, conn, name, attrs...)
+}
+
+// batchStep returns the billing step whose statements texts hold, "reserve"
+// or "settle" (Store's pipelines, alone or grouped), or "".
+func batchStep(texts []string) string {
+	for _, q := range texts {
+		switch q {
+		case sqlReserveOne, sqlReserveGroup:
+			return "reserve"
+		case sqlSettleOne, sqlSettleGroup:
+			return "settle"
+		}
+	}
+	return ""
 }
 
 // TraceBatchQuery marks a failed statement of the batch on its span; the

@@ -79,6 +79,20 @@ func TestGroupedStatementSpanLinksItsEvents(t *testing.T) {
 		t.Fatalf("%d spans of a group of 3, want 1", len(grouped))
 	}
 	g := grouped[0]
+	// Named after the step, plural: one statement reserved several
+	// invoices. The first reserve, alone, has the singular name.
+	if g.Name != "reserve invoices" {
+		t.Errorf("the group's span is named %q, want reserve invoices", g.Name)
+	}
+	var alone int
+	for _, s := range exp.GetSpans() {
+		if s.Name == "reserve invoice" && s.Parent.SpanID() == parents[0].SpanID() {
+			alone++
+		}
+	}
+	if alone != 1 {
+		t.Errorf("%d spans named reserve invoice under the first event, want 1 (its reserve went alone)", alone)
+	}
 	linked := map[trace.SpanID]bool{g.Parent.SpanID(): true}
 	for _, l := range g.Links {
 		linked[l.SpanContext.SpanID()] = true

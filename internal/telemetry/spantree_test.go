@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,7 +122,9 @@ func TestSpanTreeOfOneRecord(t *testing.T) {
 		t.Errorf("stub received traceparent %q, want the client span's %q", calls[0].TraceParent, want)
 	}
 
-	var reserve, settle bool
+	// The trace reads as billing's steps: the reserve, the charge, the
+	// settle, each named after the step (and its db.query.summary), in
+	// that order under the record's span.
 	for _, s := range db {
 		if s.Parent.SpanID() != consumer.SpanContext.SpanID() {
 			t.Errorf("db span %q under %s, want the consumer span", s.Name, s.Parent.SpanID())
@@ -132,15 +135,24 @@ func TestSpanTreeOfOneRecord(t *testing.T) {
 				t.Errorf("db span %q text %q holds an argument or the DSN", s.Name, text)
 			}
 		}
+		if got := attr(s, "db.query.summary"); got != s.Name {
+			t.Errorf("db span %q: db.query.summary %q, want its name", s.Name, got)
+		}
 		switch {
-		case s.Name == "BATCH" && strings.Contains(text, "processed_event") && strings.Contains(text, "invoice"):
-			reserve = true
-		case s.Name == "BATCH" && strings.Contains(text, "UPDATE invoice"):
-			settle = true
+		case s.Name == "reserve invoice" && strings.Contains(text, "processed_event") && strings.Contains(text, "invoice"):
+		case s.Name == "settle invoice" && strings.Contains(text, "UPDATE invoice"):
+		default:
+			t.Errorf("db span %q with text %q: want reserve invoice (processed_event, invoice) or settle invoice (UPDATE invoice)", s.Name, text)
 		}
 	}
-	if !reserve || !settle {
-		t.Errorf("db spans %v: reserve batch %v, settle batch %v; want both", names(db), reserve, settle)
+	var order []string
+	for _, s := range spans {
+		if s.Parent.SpanID() == consumer.SpanContext.SpanID() {
+			order = append(order, s.Name)
+		}
+	}
+	if want := []string{"reserve invoice", "POST /charges", "settle invoice"}; !slices.Equal(order, want) {
+		t.Errorf("spans under %q: %q, want %q", consumer.Name, order, want)
 	}
 
 	var line map[string]any

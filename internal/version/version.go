@@ -1,7 +1,8 @@
-// Package version says which build of billing is running: the version the
-// build stamped (make build sets it with -ldflags -X), the VCS revision the
-// Go toolchain recorded, and the Go version. `billing version` prints it
-// and billing_build_info exports it.
+// Package version says which build of billing is running: the version and
+// revision the build stamped (-ldflags -X: make build, and the Dockerfile
+// from its VERSION and REVISION build arguments, which make image passes),
+// else the VCS revision the Go toolchain recorded, and the Go version.
+// `billing version` prints it and billing_build_info exports it.
 package version
 
 import (
@@ -9,14 +10,19 @@ import (
 	"runtime/debug"
 )
 
-// version is set at link time: -ldflags "-X github.com/acme/billing/internal/version.version=v1.2.3".
-// It is the one package variable of the module: -X can set nothing else.
-var version string
+// version and revision are set at link time:
+//
+//	-ldflags "-X github.com/acme/billing/internal/version.version=v1.2.3 -X github.com/acme/billing/internal/version.revision=<commit>"
+//
+// They are the module's only package variables: -X can set nothing else.
+// The revision is stamped because an image build has no .git (the
+// Dockerfile's context leaves it out), so the toolchain records none there.
+var version, revision string
 
 // Info describes the running build.
 type Info struct {
 	Version   string // the stamped version, else the module version, else "devel"
-	Revision  string // VCS revision, with "-dirty" when built from a modified tree; "unknown" without VCS data
+	Revision  string // the stamped revision, else the VCS revision with "-dirty" when built from a modified tree; "unknown" without either
 	GoVersion string
 }
 
@@ -27,6 +33,9 @@ func Get() Info {
 	if !ok {
 		if info.Version == "" {
 			info.Version = "devel"
+		}
+		if revision != "" {
+			info.Revision = revision
 		}
 		return info
 	}
@@ -51,6 +60,9 @@ func Get() Info {
 		if dirty {
 			info.Revision += "-dirty"
 		}
+	}
+	if revision != "" {
+		info.Revision = revision
 	}
 	return info
 }
