@@ -83,6 +83,8 @@ func setValidEnv(t *testing.T) {
 	t.Setenv("BILLING_HTTP_ADDR", ":0")
 	t.Setenv("BILLING_KAFKA_TLS_ENABLED", "false")
 	t.Setenv("BILLING_MIGRATE_ON_START", "false")
+	t.Setenv("BILLING_PUBLISH_EVENTS", "true")
+	t.Setenv("BILLING_KAFKA_INVOICE_TOPIC", "i")
 	t.Setenv("BILLING_DB_MAX_CONNS", "0")
 }
 
