@@ -107,6 +107,7 @@ func TestStrimziExample(t *testing.T) {
 	cm := configMapNamed(t, render(t, baseDir), configMap)
 	group, topic := effective(t, cm, "BILLING_KAFKA_GROUP_ID"), effective(t, cm, "BILLING_KAFKA_TOPIC")
 	tierPrefix, dlq := effective(t, cm, "BILLING_KAFKA_RETRY_TOPIC_PREFIX")+".", effective(t, cm, "BILLING_KAFKA_DLQ_TOPIC")
+	invoices := effective(t, cm, "BILLING_KAFKA_INVOICE_TOPIC")
 
 	u := get[kafkaUser](t, r, "KafkaUser", appName)
 	granted := grants(u)
@@ -115,6 +116,7 @@ func TestStrimziExample(t *testing.T) {
 		"topic/literal/" + topic:            {"Read", "Describe", "DescribeConfigs"},
 		"topic/prefix/" + tierPrefix:        manage,
 		"topic/literal/" + dlq:              manage,
+		"topic/literal/" + invoices:         {"Write", "Describe", "Create"},
 		"group/literal/" + group:            {"Read", "Describe"},
 		"group/prefix/" + group + ".retry.": {"Read", "Describe"},
 	} {
@@ -137,7 +139,7 @@ func TestStrimziExample(t *testing.T) {
 			topics[kt.Spec.TopicName] = kt.Spec.Partitions
 		}
 	}
-	for _, n := range []string{topic, tierPrefix + "1", dlq} {
+	for _, n := range []string{topic, tierPrefix + "1", dlq, invoices} {
 		if _, ok := topics[n]; !ok {
 			t.Errorf("no KafkaTopic for %s; have %v", n, keys(topics))
 		}
