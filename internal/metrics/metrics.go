@@ -144,7 +144,7 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 		// stay a bucket boundary.
 		EventDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "billing_event_delay_seconds",
-			Help:    "Time from an order's occurred_at (the record's timestamp when it cannot be read) to its final outcome, once per final event.",
+			Help:    "Time from an order's occurred_at (the record's timestamp when it cannot be read) to its final outcome (charged, declined, duplicate or dead-lettered), once per event, never per hop through the retry tiers.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
 		}),
 		// How well the store groups the database work of concurrent
