@@ -105,6 +105,10 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 
 	// A Postgres outage: the events that arrive meanwhile pause the
 	// consumer, and the page fires; it resolves once Postgres is back.
+	// Nothing may be paused before it, or the page would prove nothing.
+	if st := prom.alertState(t, "BillingConsumerPaused"); st != "" {
+		t.Fatalf("BillingConsumerPaused is %s before the outage", st)
+	}
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stopCancel()
 	if err := pg.Stop(stopCtx); err != nil {
