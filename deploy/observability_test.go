@@ -137,6 +137,12 @@ func metricNames(expr string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return promqlMetricNames(s)
+}
+
+// promqlMetricNames is metricNames of plain PromQL (a rule's expression,
+// where "$1" is label_replace's, not a Grafana variable).
+func promqlMetricNames(s string) ([]string, error) {
 	ast, err := promql.ParseExpr(s)
 	if err != nil {
 		return nil, fmt.Errorf("parse %q: %w", s, err)
@@ -161,18 +167,31 @@ func metricNames(expr string) ([]string, error) {
 		return nil
 	})
 	if len(names) == 0 {
-		errs = append(errs, fmt.Errorf("%q selects no metric", expr))
+		errs = append(errs, fmt.Errorf("%q selects no metric", s))
 	}
 	return names, errors.Join(errs...)
 }
 
-// checkExpr parses expr and checks that every metric it reads is one the
-// service registers.
+// checkExpr parses expr (a dashboard's) and checks that every metric it
+// reads is one the service registers.
 func checkExpr(known map[string]bool, expr string) error {
 	names, err := metricNames(expr)
 	if err != nil {
 		return err
 	}
+	return checkNames(known, names)
+}
+
+// checkRuleExpr is checkExpr for a rule's expression.
+func checkRuleExpr(known map[string]bool, expr string) error {
+	names, err := promqlMetricNames(expr)
+	if err != nil {
+		return err
+	}
+	return checkNames(known, names)
+}
+
+func checkNames(known map[string]bool, names []string) error {
 	var errs []error
 	for _, n := range names {
 		if !known[n] && !prometheusSynthetic[n] {
@@ -229,7 +248,38 @@ type panel struct {
 		Expr       string `json:"expr"`
 		Datasource *dsRef `json:"datasource"`
 	} `json:"targets"`
+	FieldConfig struct {
+		Defaults struct {
+			Unit string `json:"unit"`
+		} `json:"defaults"`
+		Overrides []struct {
+			Matcher struct {
+				ID      string `json:"id"`
+				Options string `json:"options"`
+			} `json:"matcher"`
+			Properties []struct {
+				ID    string `json:"id"`
+				Value any    `json:"value"`
+			} `json:"properties"`
+		} `json:"overrides"`
+	} `json:"fieldConfig"`
 	Panels []panel `json:"panels"` // of a collapsed row
+}
+
+// unitOf returns the unit Grafana shows query refID of p in: an override
+// matching its frame (byFrameRefID) or the panel's default.
+func (p panel) unitOf(refID string) string {
+	for _, o := range p.FieldConfig.Overrides {
+		if o.Matcher.ID != "byFrameRefID" || o.Matcher.Options != refID {
+			continue
+		}
+		for _, pr := range o.Properties {
+			if u, ok := pr.Value.(string); ok && pr.ID == "unit" {
+				return u
+			}
+		}
+	}
+	return p.FieldConfig.Defaults.Unit
 }
 
 type dashboard struct {
@@ -281,8 +331,17 @@ func TestDashboardLoadsInGrafana(t *testing.T) {
 	if d.UID == "" || len(d.UID) > 40 || d.Title == "" {
 		t.Errorf("uid %q, title %q: want both, uid at most 40 characters", d.UID, d.Title)
 	}
+	// The service's metrics and the series the rules record (burn rates,
+	// budgets); not other exporters': the dashboard shows billing alone.
 	known := maps.Clone(registeredMetrics(t))
 	maps.Copy(known, contractOnly)
+	for _, g := range parseRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				known[r.Record] = true
+			}
+		}
+	}
 
 	var hasDS bool
 	for _, v := range d.Templating.List {
@@ -422,12 +481,29 @@ var contractOnly = map[string]bool{
 	"billing_invoice_pending_oldest_seconds": true,
 }
 
+// externalMetrics are what the rules of the billing.autoscaling group read
+// of other exporters, at the versions deploy/README.md names: KEDA's
+// operator from v2.14 (keda_scaled_object_errors_total{namespace,
+// scaledObject}; v2.17 dropped the unsuffixed keda_scaled_object_errors,
+// and keda_scaler_errors_total had no labels to tell a ScaledObject by and
+// is gone too), kube-state-metrics from v2.3 (kube_horizontalpodautoscaler_*
+// since v2.0, _info with scaletargetref_* since v2.3).
+var externalMetrics = map[string]bool{
+	"keda_scaled_object_errors_total":                      true,
+	"kube_horizontalpodautoscaler_info":                    true,
+	"kube_horizontalpodautoscaler_spec_max_replicas":       true,
+	"kube_horizontalpodautoscaler_status_current_replicas": true,
+	"kube_horizontalpodautoscaler_status_condition":        true,
+}
+
 // knownToRules is what rule expressions may read: the service's metrics,
-// the contract's, and the series the file's own recording rules write.
+// the contract's, the other exporters' above, and the series the file's
+// own recording rules write.
 func knownToRules(t *testing.T, groups *rulefmt.RuleGroups) map[string]bool {
 	t.Helper()
 	known := maps.Clone(registeredMetrics(t))
 	maps.Copy(known, contractOnly)
+	maps.Copy(known, externalMetrics)
 	for _, g := range groups.Groups {
 		for _, r := range g.Rules {
 			if r.Record != "" {
@@ -467,8 +543,10 @@ func TestAlertRules(t *testing.T) {
 	want := []string{
 		"BillingConsumerLagGrowing", "BillingNotConsuming", "BillingConsumerPaused", "BillingDeadLetters",
 		"BillingGatewayIdempotencyConflict", "BillingDedupMaintenanceStale", "BillingAbsent", "BillingTargetDown",
-		"BillingInvoicesPending", "BillingInvoicesPendingCritical",
+		"BillingInvoicesPending", "BillingInvoicesPendingKeyExpiring", "BillingInvoicesHeld",
 		"BillingEventDelayBudgetBurn", "BillingEventDelayBudgetBurnSlow",
+		"BillingDeadLetterBudgetBurn", "BillingDeadLetterBudgetBurnSlow", "BillingPartitionStuck",
+		"BillingAutoscalerFailing", "BillingAutoscalerAtMax",
 	}
 	var have []string
 	for _, g := range groups.Groups {
@@ -480,7 +558,7 @@ func TestAlertRules(t *testing.T) {
 				if !strings.Contains(r.Record, ":") {
 					t.Errorf("group %s: recording rule %q: want a level:metric:operations name", g.Name, r.Record)
 				}
-				if err := checkExpr(known, r.Expr); err != nil {
+				if err := checkRuleExpr(known, r.Expr); err != nil {
 					t.Errorf("%s: %v", r.Record, err)
 				}
 				continue
@@ -500,7 +578,7 @@ func TestAlertRules(t *testing.T) {
 			if u := r.Annotations["runbook_url"]; !strings.HasPrefix(u, runbookURLStart) || !anchors[strings.TrimPrefix(u, runbookURLStart)] {
 				t.Errorf("%s: runbook_url %q: want %s<anchor of a %s heading>", r.Alert, u, runbookURLStart, readmeFile)
 			}
-			if err := checkExpr(known, r.Expr); err != nil {
+			if err := checkRuleExpr(known, r.Expr); err != nil {
 				t.Errorf("%s: %v", r.Alert, err)
 			}
 		}
@@ -607,5 +685,97 @@ func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 				check(t, r)
 			}
 		})
+	}
+}
+
+// exprKind says what an expression's values are, where its shape tells:
+// "ratio" for a share of two counts (a/b or 1 - a/b, both sides counters,
+// histogram counts or buckets: the SLI), "seconds" for a quantile of a
+// histogram in seconds; "" otherwise.
+func exprKind(t *testing.T, expr string) string {
+	t.Helper()
+	s, err := substitute(expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := promql.ParseExpr(s)
+	if err != nil {
+		t.Fatalf("parse %q: %v", s, err)
+	}
+	counts := func(n parser.Node) bool {
+		ok, any := true, false
+		parser.Inspect(n, func(n parser.Node, _ []parser.Node) error {
+			if vs, is := n.(*parser.VectorSelector); is {
+				any = true
+				ok = ok && (strings.HasSuffix(vs.Name, "_total") || strings.HasSuffix(vs.Name, "_count") || strings.HasSuffix(vs.Name, "_bucket"))
+			}
+			return nil
+		})
+		return ok && any
+	}
+	for {
+		switch n := e.(type) {
+		case *parser.ParenExpr:
+			e = n.Expr
+			continue
+		case *parser.BinaryExpr:
+			if _, lit := n.LHS.(*parser.NumberLiteral); lit && n.Op == parser.SUB {
+				e = n.RHS
+				continue
+			}
+			if n.Op == parser.DIV && counts(n.LHS) && counts(n.RHS) {
+				return "ratio"
+			}
+		case *parser.Call:
+			if n.Func.Name == "histogram_quantile" && len(n.Args) == 2 {
+				var secs bool
+				parser.Inspect(n.Args[1], func(n parser.Node, _ []parser.Node) error {
+					if vs, is := n.(*parser.VectorSelector); is && strings.HasSuffix(vs.Name, "_seconds_bucket") {
+						secs = true
+					}
+					return nil
+				})
+				if secs {
+					return "seconds"
+				}
+			}
+		}
+		return ""
+	}
+}
+
+func TestExprKind(t *testing.T) {
+	t.Parallel()
+	for expr, want := range map[string]string{
+		`1 - sum(rate(billing_event_delay_seconds_bucket{le="60"}[$__rate_interval])) / sum(rate(billing_event_delay_seconds_count[$__rate_interval]))`: "ratio",
+		`sum(rate(billing_events_total{outcome="dead_lettered"}[5m])) / sum(rate(billing_events_total[5m]))`:                                            "ratio",
+		`histogram_quantile(0.99, sum by (le) (rate(billing_payment_duration_seconds_bucket[5m])))`:                                                     "seconds",
+		`sum(rate(billing_db_group_events_sum[5m])) / sum(rate(billing_db_group_events_count[5m]))`:                                                     "", // a mean
+		`histogram_quantile(0.5, sum by (le) (rate(billing_db_group_events_bucket[5m])))`:                                                               "", // not seconds
+		`max(billing_invoice_pending_oldest_seconds)`:                                                                                                   "",
+		`namespace:billing_event_delay_slow:ratio_rate1h / 0.01`:                                                                                        "", // a burn rate
+	} {
+		if got := exprKind(t, expr); got != want {
+			t.Errorf("exprKind(%s) = %q, want %q", expr, got, want)
+		}
+	}
+}
+
+// TestDashboardUnits: a share is shown as a percentage and a latency in
+// seconds. The SLI panel once plotted the slow share with unit s, so 1%
+// read "10 ms".
+func TestDashboardUnits(t *testing.T) {
+	t.Parallel()
+	want := map[string][]string{"ratio": {"percentunit"}, "seconds": {"s"}}
+	for _, p := range allPanels(loadDashboard(t).Panels) {
+		for _, tg := range p.Targets {
+			kind := exprKind(t, tg.Expr)
+			if kind == "" {
+				continue
+			}
+			if u := p.unitOf(tg.RefID); !slices.Contains(want[kind], u) {
+				t.Errorf("panel %q query %s is a %s shown in unit %q, want %v", p.Title, tg.RefID, kind, u, want[kind])
+			}
+		}
 	}
 }

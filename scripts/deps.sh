@@ -12,21 +12,24 @@
 #                   service is never started
 #   java, mvn       to fetch and run the real Kafka broker
 #   kafka jars      scripts/kafka.sh fetch
+#   prometheus      a Prometheus server, for the end-to-end test that loads the
+#                   shipped rules and scrapes the built binary (e2e); its
+#                   system service is never started
 #
 #   scripts/deps.sh                 everything
-#   scripts/deps.sh postgres java   only those (go, make, postgres, pgbouncer, java, kafka)
+#   scripts/deps.sh postgres java   only those (go, make, postgres, pgbouncer, java, kafka, prometheus)
 #
 # Installing needs root (CI runs as root). Prints one line per thing checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 checks=("$@")
-[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres pgbouncer java kafka)
+[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres pgbouncer java kafka prometheus)
 for c in "${checks[@]}"; do
 	case $c in
-	go | make | postgres | pgbouncer | java | kafka) ;;
+	go | make | postgres | pgbouncer | java | kafka | prometheus) ;;
 	*)
-		echo "deps: unknown check $c (go, make, postgres, pgbouncer, java, kafka)" >&2
+		echo "deps: unknown check $c (go, make, postgres, pgbouncer, java, kafka, prometheus)" >&2
 		exit 2
 		;;
 	esac
@@ -123,6 +126,18 @@ check_kafka() {
 	bash scripts/kafka.sh fetch
 }
 
-for c in go make postgres pgbouncer java kafka; do
+check_prometheus() {
+	if ! command -v prometheus >/dev/null; then
+		# The test starts its own server on a free port with its own
+		# configuration; the package's service would only hold 9090.
+		apt_install_no_start prometheus
+		if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
+			systemctl stop prometheus || true
+		fi
+	fi
+	echo "prometheus: $(command -v prometheus) ($(prometheus --version 2>&1 | head -n 1))"
+}
+
+for c in go make postgres pgbouncer java kafka prometheus; do
 	if want "$c"; then "check_$c"; fi
 done

@@ -399,6 +399,26 @@ func (c *Cluster) Partitions(ctx context.Context, topics ...string) (map[string]
 // BillingNotConsuming fire). A longer span is reported as it is: markers
 // are then a small error on a lag that means something anyway.
 func (c *Cluster) Lag(ctx context.Context, group, topic string) (map[int]int64, error) {
+	pos, err := c.Positions(ctx, group, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]int64, len(pos))
+	for p, v := range pos {
+		out[p] = v.Lag
+	}
+	return out, nil
+}
+
+// Position is where a consumer group stands on one partition.
+type Position struct {
+	Committed int64 // the group's committed offset; the log start while it has committed none
+	Lag       int64 // as Lag counts it
+}
+
+// Positions returns, per partition of topic, the group's committed offset
+// and its lag (see Lag), from one set of broker answers.
+func (c *Cluster) Positions(ctx context.Context, group, topic string) (map[int]Position, error) {
 	cl, done := c.Client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
@@ -436,7 +456,7 @@ func (c *Cluster) Lag(ctx context.Context, group, topic string) (map[int]int64, 
 			committed[p.Partition] = p.CommittedOffset
 		}
 	}
-	out := make(map[int]int64, len(ids))
+	out := make(map[int]Position, len(ids))
 	for _, p := range lo.Topics[topic] {
 		if p.Error != nil {
 			continue
@@ -451,7 +471,7 @@ func (c *Cluster) Lag(ctx context.Context, group, topic string) (map[int]int64, 
 				lag = n
 			}
 		}
-		out[p.Partition] = lag
+		out[p.Partition] = Position{Committed: from, Lag: lag}
 	}
 	return out, nil
 }

@@ -94,6 +94,8 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	bi := version.Get()
 	metrics.RegisterBuildInfo(a.reg, bi.Version, bi.Revision, bi.GoVersion)
 	a.Metrics.InFlight.WithLabelValues(cfg.KafkaTopic) // exported at 0 from the first scrape
+	a.Metrics.GatewayKeyTTL.Set(cfg.GatewayKeyTTL.Seconds())
+	a.Metrics.PendingResumeAfter.Set(cfg.PendingResumeAfter.Seconds())
 	if a.tune.CommitInterval == 0 {
 		a.tune.CommitInterval = 200 * time.Millisecond
 	}
@@ -566,7 +568,8 @@ func (a *App) ensureTopics(ctx context.Context) error {
 	return a.kc.EnsureTopics(ctx, specs)
 }
 
-// lagLoop publishes billing_consumer_lag for the main topic and the tiers.
+// lagLoop publishes billing_consumer_lag and billing_consumer_committed_offset
+// for the main topic and the tiers.
 func (a *App) lagLoop(ctx context.Context) {
 	t := time.NewTicker(a.tune.LagInterval)
 	defer t.Stop()
@@ -588,15 +591,17 @@ func (a *App) updateLag(ctx context.Context) {
 		groups[a.cfg.RetryTopic(i+1)] = a.cfg.KafkaGroupID + ".retry." + strconv.Itoa(i+1)
 	}
 	for topic, group := range groups {
-		lag, err := a.kc.Lag(ctx, group, topic)
+		pos, err := a.kc.Positions(ctx, group, topic)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.log.Debug("lag unavailable", slog.String("topic", topic), slog.String("error", err.Error()))
 			}
 			continue
 		}
-		for p, v := range lag {
-			a.Metrics.ConsumerLag.WithLabelValues(topic, strconv.Itoa(p)).Set(float64(v))
+		for p, v := range pos {
+			part := strconv.Itoa(p)
+			a.Metrics.ConsumerLag.WithLabelValues(topic, part).Set(float64(v.Lag))
+			a.Metrics.ConsumerCommitted.WithLabelValues(topic, part).Set(float64(v.Committed))
 		}
 	}
 	// DLQ depth from the brokers: sticky, unlike a rate of dead letters.

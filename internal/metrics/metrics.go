@@ -13,32 +13,38 @@ import (
 
 // Metrics holds the service's collectors.
 type Metrics struct {
-	Events           *prometheus.CounterVec   // outcome
-	HandleDuration   prometheus.Histogram     //
-	PaymentRequests  *prometheus.CounterVec   // code
-	PaymentDuration  prometheus.Histogram     //
-	ConsumerLag      *prometheus.GaugeVec     // topic, partition
-	InFlight         *prometheus.GaugeVec     // topic
-	DedupRowsDeleted prometheus.Counter       //
-	DedupPartitions  prometheus.Gauge         //
-	ConsumerPaused   prometheus.Gauge         //
-	RoutedWrites     *prometheus.CounterVec   // topic, result
-	Commits          *prometheus.CounterVec   // result
-	HandlerPanics    prometheus.Counter       //
-	MaintenanceRuns  *prometheus.CounterVec   // result
-	MaintenanceLast  prometheus.Gauge         //
-	DLQRecords       *prometheus.GaugeVec     // topic
-	EventDelay       prometheus.Histogram     //
-	DBGroupEvents    *prometheus.HistogramVec // op
-	DBPool           *PoolCollector           // billing_db_pool_*, once Watch is called
-	InvoicesPending  prometheus.Gauge         // from Postgres, by the pending completer
-	PendingOldest    prometheus.Gauge         // from Postgres, by the pending completer
-	InvoicesHeld     prometheus.Gauge         // from Postgres, by the pending completer
-	PublishedEvents  *prometheus.CounterVec   // type
-	OutboxPending    prometheus.Gauge         // from Postgres, by the outbox relay
-	OutboxOldest     prometheus.Gauge         // from Postgres, by the outbox relay
-	PublishLag       prometheus.Histogram     //
-	Gathered         prometheus.Gatherer      // what /metrics serves
+	Events            *prometheus.CounterVec   // outcome
+	HandleDuration    prometheus.Histogram     //
+	PaymentRequests   *prometheus.CounterVec   // code
+	PaymentDuration   prometheus.Histogram     //
+	ConsumerLag       *prometheus.GaugeVec     // topic, partition
+	ConsumerCommitted *prometheus.GaugeVec     // topic, partition
+	InFlight          *prometheus.GaugeVec     // topic
+	DedupRowsDeleted  prometheus.Counter       //
+	DedupPartitions   prometheus.Gauge         //
+	ConsumerPaused    prometheus.Gauge         //
+	RoutedWrites      *prometheus.CounterVec   // topic, result
+	Commits           *prometheus.CounterVec   // result
+	HandlerPanics     prometheus.Counter       //
+	MaintenanceRuns   *prometheus.CounterVec   // result
+	MaintenanceLast   prometheus.Gauge         //
+	DLQRecords        *prometheus.GaugeVec     // topic
+	EventDelay        prometheus.Histogram     //
+	DBGroupEvents     *prometheus.HistogramVec // op
+	DBPool            *PoolCollector           // billing_db_pool_*, once Watch is called
+	InvoicesPending   prometheus.Gauge         // from Postgres, by the pending completer
+	PendingOldest     prometheus.Gauge         // from Postgres, by the pending completer
+	InvoicesHeld      prometheus.Gauge         // from Postgres, by the pending completer
+	PublishedEvents   *prometheus.CounterVec   // type
+	OutboxPending     prometheus.Gauge         // from Postgres, by the outbox relay
+	OutboxOldest      prometheus.Gauge         // from Postgres, by the outbox relay
+	PublishLag        prometheus.Histogram     //
+	// The configured BILLING_GATEWAY_KEY_TTL and BILLING_PENDING_RESUME_AFTER,
+	// set once at start: the alerts on pending invoices compare ages with
+	// them rather than with numbers that a changed setting would make wrong.
+	GatewayKeyTTL      prometheus.Gauge    //
+	PendingResumeAfter prometheus.Gauge    //
+	Gathered           prometheus.Gatherer // what /metrics serves
 }
 
 // New registers every metric on reg (and the Go and process collectors when
@@ -133,6 +139,21 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 			Help:    "Time from an invoice's transition to the acknowledged write of its event, per event published.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
+		GatewayKeyTTL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_gateway_key_ttl_seconds",
+			Help: "BILLING_GATEWAY_KEY_TTL: how long the gateway keeps an Idempotency-Key; a pending invoice is held at half of it.",
+		}),
+		PendingResumeAfter: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "billing_pending_resume_after_seconds",
+			Help: "BILLING_PENDING_RESUME_AFTER: a pending invoice older than this is resumed by the service itself.",
+		}),
+		// Beside billing_consumer_lag, from the same broker answers: a
+		// partition whose lag stays above zero while this does not move is
+		// stuck, however busy the others are.
+		ConsumerCommitted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "billing_consumer_committed_offset",
+			Help: "The consumer group's committed offset of the partition (its log start while the group has committed none), as the brokers report it.",
+		}, []string{"topic", "partition"}),
 		// Read from the brokers (high-water mark minus log start, summed over
 		// partitions), so it stays up after the dead letter that raised it:
 		// an alert on it does not resolve by itself minutes later.
@@ -144,7 +165,7 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 		// stay a bucket boundary.
 		EventDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "billing_event_delay_seconds",
-			Help:    "Time from an order's occurred_at (the record's timestamp when it cannot be read) to its final outcome, once per final event.",
+			Help:    "Time from an order's occurred_at (the record's timestamp when it cannot be read) to its final outcome (charged, declined, duplicate or dead-lettered), once per event, never per hop through the retry tiers.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
 		}),
 		// How well the store groups the database work of concurrent
@@ -162,7 +183,8 @@ func New(reg *prometheus.Registry, withRuntime bool) *Metrics {
 	reg.MustRegister(m.Events, m.HandleDuration, m.PaymentRequests, m.PaymentDuration,
 		m.ConsumerLag, m.InFlight, m.DedupRowsDeleted, m.DedupPartitions, m.ConsumerPaused,
 		m.RoutedWrites, m.Commits, m.MaintenanceRuns, m.MaintenanceLast, m.DBPool,
-		m.InvoicesPending, m.PendingOldest, m.InvoicesHeld, m.PublishedEvents, m.OutboxPending, m.OutboxOldest, m.PublishLag, m.HandlerPanics, m.DLQRecords, m.EventDelay, m.DBGroupEvents)
+		m.InvoicesPending, m.PendingOldest, m.InvoicesHeld, m.PublishedEvents, m.OutboxPending, m.OutboxOldest, m.PublishLag,
+		m.GatewayKeyTTL, m.PendingResumeAfter, m.ConsumerCommitted, m.HandlerPanics, m.DLQRecords, m.EventDelay, m.DBGroupEvents)
 	if withRuntime {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -388,11 +388,18 @@ func (c *Consumer) handle(ctx context.Context, msg kafkago.Message, log func() *
 	return c.handler.Handle(ctx, msg)
 }
 
+// final counts the record's outcome on this hop and marks its offset done.
+// The delay SLI is observed only where the event itself is final: a record
+// routed to a retry tier is observed again when that tier settles it, so
+// one order is one observation however many tiers it goes through
+// (CONTRACT §8); a dead-lettered one is final, and observed.
 func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 	c.m.Events.WithLabelValues(string(outcome)).Inc()
 	now := c.now()
 	c.m.HandleDuration.Observe(now.Sub(start).Seconds())
-	c.m.EventDelay.Observe(now.Sub(eventTime(dl.msg)).Seconds())
+	if outcome != order.OutcomeRetried {
+		c.m.EventDelay.Observe(now.Sub(eventTime(dl.msg)).Seconds())
+	}
 	dl.part.done(dl.msg.Offset)
 }
 

@@ -2,10 +2,12 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	kafkago "github.com/segmentio/kafka-go"
 
@@ -101,4 +103,72 @@ func testGauge(t *testing.T, g prometheus.Gauge) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// TestEventDelayOncePerEventThroughTiers: an event that meets a 503 on the
+// main topic and is charged on tier 1 is one order with one outcome, so
+// billing_event_delay_seconds counts it once, at the charge, from its
+// occurred_at (CONTRACT §8: "never per hop through the tiers"). An event
+// that fails on every tier is observed once too, when it is dead-lettered.
+func TestEventDelayOncePerEventThroughTiers(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := &scriptedHandler{fn: func(_ string, call int) (order.Outcome, error) {
+		if call == 1 {
+			return "", &order.TransientError{Op: "charge", Err: errors.New("503")}
+		}
+		return order.OutcomeCharged, nil
+	}}
+	old := time.Now().Add(-10 * time.Minute).UTC().Format(time.RFC3339Nano)
+	w := kafkatest.NewWriter(t, r.brokers, r.topic)
+	if err := w.WriteMessages(context.Background(),
+		kafkago.Message{Key: []byte("a"), Value: []byte(`{"occurred_at":"` + old + `"}`)},
+	); err != nil {
+		t.Fatal(err)
+	}
+	routed := kafkatest.NewWriter(t, r.brokers, "")
+	stopMain := r.run(t, 0, r.topic, r.group, h, routed)
+	stopTier := r.run(t, 1, "retry.1", "g.retry.1", h, routed)
+	poll.Until(t, "the event charged on tier 1", 15*time.Second, func() bool {
+		return testutil.ToFloat64(r.m.Events.WithLabelValues("charged")) == 1
+	})
+	// Run returns once in-flight events are final: every observation of
+	// both hops is made by then.
+	stopTier()
+	stopMain()
+	if got := testutil.ToFloat64(r.m.Events.WithLabelValues("retried")); got != 1 {
+		t.Fatalf("billing_events_total{outcome=retried} = %v, want 1 (the first hop)", got)
+	}
+	n, sum, _ := histogramOf(t, r.m.EventDelay, 60)
+	if n != 1 {
+		t.Errorf("billing_event_delay_seconds: %d observations for one event routed once and charged, want 1", n)
+	}
+	if sum < (10 * time.Minute).Seconds() {
+		t.Errorf("billing_event_delay_seconds sum %.0fs, want the 10-minute-old order's age at its charge", sum)
+	}
+}
+
+// TestEventDelayOnceWhenDeadLetteredAfterTiers: an event that fails on the
+// main topic and on the last tier is observed once, when it reaches the DLQ.
+func TestEventDelayOnceWhenDeadLetteredAfterTiers(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) {
+		return "", &order.TransientError{Op: "charge", Err: errors.New("503")}
+	}}
+	w := kafkatest.NewWriter(t, r.brokers, r.topic)
+	if err := w.WriteMessages(context.Background(), kafkago.Message{Key: []byte("a"), Value: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	routed := kafkatest.NewWriter(t, r.brokers, "")
+	stopMain := r.run(t, 0, r.topic, r.group, h, routed)
+	stopTier := r.run(t, 1, "retry.1", "g.retry.1", h, routed)
+	poll.Until(t, "the event dead-lettered after tier 1", 15*time.Second, func() bool {
+		return testutil.ToFloat64(r.m.Events.WithLabelValues("dead_lettered")) == 1
+	})
+	stopTier()
+	stopMain()
+	if n, _, _ := histogramOf(t, r.m.EventDelay, 60); n != 1 {
+		t.Errorf("billing_event_delay_seconds: %d observations for one event routed to tier 1 then dead-lettered, want 1", n)
+	}
 }
