@@ -28,8 +28,12 @@ import (
 func TestKillBetweenGroupCommitAndCharges(t *testing.T) {
 	e := newEnv(t)
 	// 64 in flight on the default pool (8 connections); a held charge must
-	// not time out into a retry tier before the kill.
-	e.extra = []string{"BILLING_MAX_IN_FLIGHT=64", "BILLING_PAYMENT_TIMEOUT=60s"}
+	// not time out into a retry tier before the kill. The attempts the
+	// killed process took live that timeout plus order.AttemptMargin: the
+	// restarted one waits them out before it resumes the keys (what a
+	// killed pod costs its orders).
+	const paymentTimeout = 20 * time.Second
+	e.extra = []string{"BILLING_MAX_IN_FLIGHT=64", "BILLING_PAYMENT_TIMEOUT=" + paymentTimeout.String()}
 	e.runOK("migrate")
 	w := newWorkload(t, 200, 0, 0, 0)
 	release := e.gw.Hold()
@@ -91,8 +95,11 @@ func TestKillBetweenGroupCommitAndCharges(t *testing.T) {
 	t.Logf("%d charges executed at the gateway after the kill, their invoices pending", len(charges))
 
 	kafkatest.EvictMembers(t, e.brokers)
+	restarted := time.Now()
 	p = e.start("run")
-	poll.Until(t, "the group to commit every partition to its end", 20*time.Second, e.caughtUp)
+	poll.Until(t, "the group to commit every partition to its end", paymentTimeout+order.AttemptMargin+40*time.Second, e.caughtUp)
+	t.Logf("caught up %v after the restart (the killed attempts live %v from their reserve)",
+		time.Since(restarted).Round(100*time.Millisecond), paymentTimeout+order.AttemptMargin)
 	e.stop(p)
 	e.check(w)
 	if n := e.pendingCount(); n != 0 {
