@@ -193,12 +193,14 @@ func (r *Router) alone(ctx context.Context, msgs ...kafkago.Message) error {
 // Write schedule; its WriteOutageAfter in a row mean Kafka is unreachable
 // for writes, which pauses consumption.
 func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(context.Context, ...kafkago.Message) error) error {
+	held := holding{p: r.pause} // the Kafka outage this write met, if any
+	defer held.leave()
 	for attempt := 0; ; attempt++ {
 		err := write(ctx, msg)
 		if err == nil {
 			r.m.RoutedWrites.WithLabelValues(msg.Topic, "ok").Inc()
 			if attempt > 0 && r.pause != nil {
-				r.pause.Resume("kafka")
+				r.pause.Resume(order.DependencyKafka)
 			}
 			return nil
 		}
@@ -212,10 +214,14 @@ func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(cont
 		r.m.RoutedWrites.WithLabelValues(msg.Topic, "error").Inc()
 		r.log.LogAttrs(ctx, slog.LevelError, "routed write failed, retrying",
 			slog.String("to", msg.Topic), slog.Int("attempt", attempt+1), slog.String("error", err.Error()))
+		wait := sleep
 		if attempt+1 >= r.routes.Policy.WriteOutageAfter && r.pause != nil {
-			r.pause.Outage(order.DependencyKafka, err)
+			held.meet(order.DependencyKafka, err)
+			wait = func(ctx context.Context, d time.Duration) error {
+				return r.pause.HoldOff(ctx, order.DependencyKafka, d)
+			}
 		}
-		if err := sleep(ctx, r.routes.Policy.Write.Delay(attempt)); err != nil {
+		if err := wait(ctx, r.routes.Policy.Write.Delay(attempt)); err != nil {
 			return fmt.Errorf("write to %s: %w", msg.Topic, err)
 		}
 	}
