@@ -364,9 +364,9 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 		if !errors.As(err, &ve) {
 			held.answered("") // the dependency answered, though not with success
 		}
-		outcome, rerr := c.router.Route(work, msg, c.opts.Tier, d, err)
+		outcome, rerr := c.router.route(work, stop, msg, c.opts.Tier, d, err)
 		if rerr != nil {
-			log().Info("event interrupted by shutdown while routing, left uncommitted", slog.String("error", rerr.Error()))
+			log().Info("event interrupted by shutdown or a rebalance while routing, left uncommitted", slog.String("error", rerr.Error()))
 			return
 		}
 		c.final(dl, outcome, start)
