@@ -354,7 +354,7 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 				dep = oe.Dependency
 			}
 			held.meet(dep, err)
-			if c.pause.HoldOff(stop, dep, d.Delay) != nil {
+			if held.holdOff(stop, dep, d.Delay) != nil {
 				log().Info("event interrupted by shutdown or a rebalance during an outage, left uncommitted")
 				return
 			}

@@ -28,7 +28,7 @@ import (
 // not lift a pause for a gateway that refuses our credentials. A probe
 // (Run) that answers while events are held for its dependency does not
 // resume it by itself (Postgres answers a ping with a full disk): it makes
-// the held events retry at once (HoldOff), and the first that goes through
+// the held events retry at once (holding.holdOff), and the first that goes through
 // resumes consumption.
 //
 // An outage must still end when no event is held for it any more: the last
@@ -48,8 +48,13 @@ import (
 //     fault is one a probe cannot see (a full disk), the next event meets
 //     it again and consumption pauses again, routing nothing.
 //
-// An outage a probe found, which no event met, is of the second kind from
-// the start.
+// An outage that a probe or a start-up check found, which no event met, is
+// of the second kind from the start. A routed write held back by Kafka (a
+// broker away, or a destination that refuses even the record's stub) is
+// held for Kafka's outage like an event, so a metadata ping that answers
+// does not end it while the write still fails. A tier record is let
+// through as a probe event only once it may be handled (x-not-before), so
+// that it cannot hold the test back for a tier's delay.
 type Pause struct {
 	mu      sync.Mutex
 	started bool
@@ -72,7 +77,15 @@ type outage struct {
 	since   time.Time
 	held    int           // events held for it (including its probe event)
 	probeOK bool          // the last probe of it succeeded
-	retry   chan struct{} // closed to end the HoldOff of events held for it
+	retry   chan struct{} // closed (and replaced) to end the holdOff of events held for it
+	woke    uint64        // how many times retry was closed
+}
+
+// wake ends the holdOff of the events held for o; p.mu is held.
+func (o *outage) wake() {
+	close(o.retry)
+	o.retry = make(chan struct{})
+	o.woke++
 }
 
 // Probe checks one dependency cheaply (a ping, a metadata request) within
@@ -139,7 +152,14 @@ func (p *Pause) outageLocked(dep order.Dependency, err error) *outage {
 // nothing; an event carries its own.
 type holding struct {
 	p       *Pause
-	outages []*outage
+	outages []heldFor
+}
+
+// heldFor is one outage an event is held for, and how many times its
+// held events had been woken when the event last met it.
+type heldFor struct {
+	o    *outage
+	seen uint64
 }
 
 // meet records that the event met dep's outage (err): dep is down, and the
@@ -149,10 +169,47 @@ func (h *holding) meet(dep order.Dependency, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	o := p.outageLocked(dep, err)
-	if !slices.Contains(h.outages, o) {
-		o.held++
-		h.outages = append(h.outages, o)
+	for i := range h.outages {
+		if h.outages[i].o == o {
+			h.outages[i].seen = o.woke
+			return
+		}
 	}
+	o.held++
+	h.outages = append(h.outages, heldFor{o, o.woke})
+}
+
+// holdOff waits d before the event, held for dep, tries again; less when a
+// probe finds dep answering or dep's outage ends, also if that happened
+// since the event met the outage and before it began to wait. It returns
+// ctx's error if ctx ends first.
+func (h *holding) holdOff(ctx context.Context, dep order.Dependency, d time.Duration) error {
+	p := h.p
+	p.mu.Lock()
+	o, down := p.down[dep]
+	woken := !down
+	for _, f := range h.outages {
+		if f.o == o && f.seen != o.woke {
+			woken = true
+		}
+	}
+	var retry <-chan struct{}
+	if down {
+		retry = o.retry
+	}
+	p.mu.Unlock()
+	if woken {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-retry:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // answered records that the event got past the outages it was held for:
@@ -161,9 +218,9 @@ func (h *holding) meet(dep order.Dependency, err error) {
 // answered. Each outage the answer is evidence about ends (Resume); the
 // event is held for none any more.
 func (h *holding) answered(outcome order.Outcome) {
-	for _, o := range h.outages {
-		if proves(o.dep, outcome) {
-			h.p.Resume(o.dep)
+	for _, f := range h.outages {
+		if proves(f.o.dep, outcome) {
+			h.p.Resume(f.o.dep)
 		}
 	}
 	h.leave()
@@ -190,7 +247,8 @@ func (h *holding) leave() {
 	p := h.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, o := range h.outages {
+	for _, f := range h.outages {
+		o := f.o
 		o.held--
 		if o.held == 0 && p.down[o.dep] == o && p.probes[o.dep] == nil {
 			close(p.wanted)
@@ -230,7 +288,7 @@ func (p *Pause) admit(ctx context.Context, eligible time.Time) (holding, bool) {
 				p.mu.Unlock()
 				p.log.Info("record let through as the probe of an outage no event is held for",
 					slog.String("dependency", string(o.dep)))
-				return holding{p: p, outages: []*outage{o}}, true
+				return holding{p: p, outages: []heldFor{{o, o.woke}}}, true
 			}
 		}
 		resumed, wanted := p.resumed, p.wanted
@@ -277,27 +335,6 @@ func (p *Pause) awaitFetch(ctx context.Context) bool {
 	}
 }
 
-// HoldOff waits d before an event held for dep tries again, or less when a
-// probe finds dep answering again or dep's outage ends. It returns ctx's
-// error if ctx ends first.
-func (p *Pause) HoldOff(ctx context.Context, dep order.Dependency, d time.Duration) error {
-	var retry <-chan struct{}
-	p.mu.Lock()
-	if o, ok := p.down[dep]; ok {
-		retry = o.retry
-	}
-	p.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-retry:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return nil
-}
-
 // probed records a probe's success for dep: it ends dep's outage when no
 // event is held for it, and otherwise lets the events held for dep retry at
 // once, once per time the probe turns from failing (or unknown) to
@@ -317,8 +354,7 @@ func (p *Pause) probed(dep order.Dependency) {
 	defer p.mu.Unlock()
 	if !o.probeOK {
 		o.probeOK = true
-		close(o.retry)
-		o.retry = make(chan struct{})
+		o.wake()
 	}
 }
 
@@ -343,7 +379,7 @@ func (p *Pause) Resume(dep order.Dependency) {
 		return
 	}
 	delete(p.down, dep)
-	close(o.retry)
+	o.wake()
 	if len(p.down) > 0 {
 		p.log.Info("dependency available again; still paused", slog.String("dependency", string(dep)),
 			slog.Duration("down_for", time.Since(o.since)), slog.String("waiting_for", p.downList()))

@@ -95,11 +95,11 @@ func TestPauseProbes(t *testing.T) {
 	held := holding{p: p}
 	held.meet(order.DependencyPostgres, errors.New("disk full"))
 	wait := make(chan error, 1)
-	go func() { wait <- p.HoldOff(ctx, order.DependencyPostgres, time.Hour) }()
+	go func() { wait <- held.holdOff(ctx, order.DependencyPostgres, time.Hour) }()
 	select {
 	case err := <-wait:
 		if err != nil {
-			t.Fatalf("HoldOff: %v", err)
+			t.Fatalf("holdOff: %v", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the probe's success did not end the held event's wait")

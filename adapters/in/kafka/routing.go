@@ -181,7 +181,7 @@ func (r *Router) deliver(ctx, stop context.Context, msg kafkago.Message) (routeR
 			err = sleep(stop, delay)
 		} else {
 			held.meet(order.DependencyKafka, err)
-			err = r.pause.HoldOff(stop, order.DependencyKafka, delay)
+			err = held.holdOff(stop, order.DependencyKafka, delay)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("write to %s: %w", msg.Topic, err)
@@ -259,7 +259,7 @@ func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(cont
 		if attempt+1 >= r.routes.Policy.WriteOutageAfter && r.pause != nil {
 			held.meet(order.DependencyKafka, err)
 			wait = func(ctx context.Context, d time.Duration) error {
-				return r.pause.HoldOff(ctx, order.DependencyKafka, d)
+				return held.holdOff(ctx, order.DependencyKafka, d)
 			}
 		}
 		if err := wait(ctx, r.routes.Policy.Write.Delay(attempt)); err != nil {
