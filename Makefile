@@ -60,6 +60,10 @@ BENCHFLAGS ?=
 bench: deps build ## throughput report: bin/billing vs pgbench on real Postgres and Kafka (~10 min), in bench/out/report.md
 	$(GO) run ./bench/cmd/billbench -bin $(BIN) -out bench/out/report.md $(BENCHFLAGS)
 
+.PHONY: bench-memory
+bench-memory: deps build ## only the memory lines of `make bench`: peak RSS at in-flight 64 with ~900 KB events of empty headers, and of a padded value (~1 min), in bench/out/memory.md
+	$(GO) run ./bench/cmd/billbench -bin $(BIN) -flood-only -out bench/out/memory.md $(BENCHFLAGS)
+
 .PHONY: lint
 # golangci-lint runs outside `make test` (CI runs it without failing on it):
 # see .golangci.yaml for what it checks; `make lint` lists what it still

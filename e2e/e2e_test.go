@@ -151,7 +151,8 @@ type env struct {
 	gw      *gatewaystub.Stub
 	gwURL   string
 	kc      *kafkaclient.Cluster
-	extra   []string // more environment for the billing processes; a later value of a variable wins
+	broker  *kafkatest.Cluster // the env's own real broker, which a test may stop and restart
+	extra   []string           // more environment for the billing processes; a later value of a variable wins
 }
 
 func newEnv(t *testing.T) *env {
@@ -170,7 +171,7 @@ func newEnv(t *testing.T) *env {
 	if err := conn.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: topic, Partitions: partitions, Configs: big}}); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, brokers: kc.Brokers(), dsn: dsn, store: postgres.NewStore(pool), gw: gw, gwURL: url, kc: conn}
+	return &env{t: t, brokers: kc.Brokers(), dsn: dsn, store: postgres.NewStore(pool), gw: gw, gwURL: url, kc: conn, broker: kc}
 }
 
 func (e *env) environ() []string {

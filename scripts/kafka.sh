@@ -4,7 +4,8 @@
 #
 #   scripts/kafka.sh fetch                     resolve the broker jars into the cache (idempotent)
 #   scripts/kafka.sh libs                      print the jar directory; exit 1 if not fetched
-#   scripts/kafka.sh start DATADIR PORT [CPORT] format storage and start a broker on 127.0.0.1:PORT
+#   scripts/kafka.sh start DATADIR PORT [CPORT] format storage (unless DATADIR holds a broker's data
+#                                              already: a restart) and start a broker on 127.0.0.1:PORT
 #   scripts/kafka.sh stop DATADIR              stop the broker started in DATADIR
 #
 # Environment:
@@ -168,6 +169,9 @@ cmd_start() {
 	port_open "$port" && die "port $port is already in use"
 
 	mkdir -p "$dir/data" "$dir/logs"
+	# A restart from the same directory (same data, same ports): the last run's
+	# log moves aside, so that the wait below sees this run's start line.
+	[[ -f "$dir/logs/server.log" ]] && mv "$dir/logs/server.log" "$dir/logs/server.log.$(date +%s%N)"
 	cat >"$dir/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1

@@ -25,6 +25,7 @@ type Broker struct {
 	script string
 	dir    string
 	addr   string
+	ports  [2]int // broker, controller
 	// Log is what kafka.sh start printed.
 	Log string
 	// Version is the directory of the jars, e.g. "kafka-4.1.1".
@@ -46,23 +47,40 @@ func Start(root, dir string) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	b := &Broker{
+		script:  script,
+		dir:     dir,
+		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		ports:   [2]int{ports[0], ports[1]},
+		Version: filepath.Base(filepath.Dir(strings.TrimSpace(string(libs)))),
+	}
+	if err := b.start(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// start runs kafka.sh start on b's directory and ports.
+func (b *Broker) start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", script, "start", dir, strconv.Itoa(ports[0]), strconv.Itoa(ports[1]))
+	cmd := exec.CommandContext(ctx, "bash", b.script, "start", b.dir, strconv.Itoa(b.ports[0]), strconv.Itoa(b.ports[1]))
 	cmd.Env = append(os.Environ(), "KAFKA_OWNER_PID="+strconv.Itoa(os.Getpid()))
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("start broker: %v\n%s", err, out)
+		return fmt.Errorf("start broker: %v\n%s", err, out)
 	}
-	return &Broker{
-		script:  script,
-		dir:     dir,
-		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
-		Log:     string(out),
-		Version: filepath.Base(filepath.Dir(strings.TrimSpace(string(libs)))),
-	}, nil
+	b.Log = string(out)
+	return nil
 }
+
+// Restart starts a broker that Stop stopped, on the same ports and from
+// the same data: its topics, records and committed offsets are there
+// again, as after a broker restart in production. The ports were free
+// while it ran, and are taken again unless something else took them
+// meanwhile (then Restart fails).
+func (b *Broker) Restart() error { return b.start() }
 
 // Addr is the broker's host:port.
 func (b *Broker) Addr() string { return b.addr }

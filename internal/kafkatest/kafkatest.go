@@ -33,6 +33,8 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/acme/billing/internal/kafkabroker"
 )
 
 // Cluster is a running Kafka cluster, fake or real, owned by a test.
@@ -40,6 +42,7 @@ type Cluster struct {
 	brokers []string
 	mech    sasl.Mechanism
 	fake    *kfake.Cluster
+	real    *kafkabroker.Broker // a broker of its own (NewReal), nil otherwise
 }
 
 // Brokers returns the cluster's bootstrap addresses as host:port.

@@ -31,7 +31,33 @@ func NewReal(t testing.TB) *Cluster {
 			t.Errorf("kafkatest: %v", err)
 		}
 	})
-	return &Cluster{brokers: []string{b.Addr()}}
+	return &Cluster{brokers: []string{b.Addr()}, real: b}
+}
+
+// StopBroker stops the real broker of a cluster from [NewReal] (a
+// controlled shutdown) and waits for it to exit; [Cluster.RestartBroker]
+// starts it again. The test fails at once for any other cluster.
+func (c *Cluster) StopBroker(t testing.TB) {
+	t.Helper()
+	if c.real == nil {
+		t.Fatal("kafkatest: StopBroker needs a cluster of its own from NewReal")
+	}
+	if err := c.real.Stop(); err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+}
+
+// RestartBroker starts the broker StopBroker stopped, on the same address
+// and from the same data, and waits until it is up.
+func (c *Cluster) RestartBroker(t testing.TB) {
+	t.Helper()
+	if c.real == nil {
+		t.Fatal("kafkatest: RestartBroker needs a cluster of its own from NewReal")
+	}
+	if err := c.real.Restart(); err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+	t.Log(c.real.Log)
 }
 
 // shared is the broker SharedReal starts once per test binary; [Main] or

@@ -1,7 +1,11 @@
 package kafkatest_test
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/internal/kafkatest"
 )
@@ -31,4 +35,43 @@ func TestNewReal(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.NewReal(t)
 	roundTrip(t, c.Brokers(), 1, 10)
+}
+
+// A broker stopped and restarted keeps its address and its data: the
+// records written before the stop are read after it, and the group's
+// committed offsets are still there (issue 23 point 2 stops the broker of
+// the e2e suite mid-stream this way).
+func TestRealRestart(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.NewReal(t)
+	roundTrip(t, c.Brokers(), 2, 10)
+	topic, group := kafkatest.UniqueName(t, "kept"), kafkatest.UniqueName(t, "g")
+	kafkatest.CreateTopics(t, c.Brokers(), 1, topic)
+	w := kafkatest.NewWriter(t, c.Brokers(), topic)
+	if err := w.WriteMessages(context.Background(), kafka.Message{Value: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	r := kafka.NewReader(kafkatest.FastReaderConfig(c.Brokers(), group, topic))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := r.FetchMessage(ctx)
+	if err == nil {
+		err = r.CommitMessages(ctx, m)
+	}
+	if cerr := r.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c.StopBroker(t)
+	c.RestartBroker(t)
+	if got := kafkatest.ReadAll(t, c.Brokers(), topic, 1, 30*time.Second); len(got) != 1 || string(got[0].Value) != "before" {
+		t.Fatalf("after the restart the topic holds %d records, want the one written before", len(got))
+	}
+	if got := kafkatest.CommittedOffsets(t, c.Brokers(), group, topic)[0]; got != 1 {
+		t.Errorf("committed offset after the restart = %d, want 1", got)
+	}
+	roundTrip(t, c.Brokers(), 2, 10)
 }

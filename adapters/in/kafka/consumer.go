@@ -75,6 +75,9 @@ type delivery struct {
 	stop context.Context
 	part *partState
 	gen  *sync.WaitGroup // the generation's events in flight
+	// held is the event's part in the outages it meets; a record let
+	// through as an outage's probe event starts held for it (Pause).
+	held holding
 }
 
 func deliveryKey(d delivery) string { return orderingKey(d.msg) }
@@ -245,7 +248,7 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Gene
 func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partState, inGen *sync.WaitGroup, d *dispatcher[delivery]) {
 	failures := 0
 	for {
-		if !c.pause.Wait(ctx) {
+		if !c.pause.awaitFetch(ctx) {
 			return
 		}
 		msg, err := r.FetchMessage(ctx)
@@ -262,15 +265,30 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 			continue
 		}
 		failures = 0
+		fetched := c.now()
+		// A record fetched while paused waits here, unless it is let
+		// through as the probe event of an outage no event is held for. A
+		// tier record may be that probe only once it may be handled.
+		eligible := fetched
+		if c.opts.Tier > 0 {
+			eligible, _ = c.notBefore(msg, fetched)
+		}
+		held, ok := c.pause.admit(ctx, eligible)
+		if !ok {
+			return
+		}
 		size := recordBytes(msg)
 		if !c.budget.acquire(ctx, size) {
+			held.leave()
 			return
 		}
 		if !d.acquire(ctx) {
+			held.leave()
 			c.budget.release(size)
 			return
 		}
 		if !ps.fetched(msg.Offset) {
+			held.leave()
 			<-d.slots
 			c.budget.release(size)
 			return
@@ -278,7 +296,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 		inGen.Add(1)
 		c.inFlight.Add(1)
 		c.m.InFlight.WithLabelValues(msg.Topic).Inc()
-		d.dispatch(delivery{msg: msg, fetched: c.now(), stop: ctx, part: ps, gen: inGen})
+		d.dispatch(delivery{msg: msg, fetched: fetched, stop: ctx, part: ps, gen: inGen, held: held})
 	}
 }
 
@@ -287,6 +305,8 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 // (x-not-before, outage backoff) end with dl.stop; work ends with work.
 func (c *Consumer) process(work context.Context, dl delivery) {
 	msg := dl.msg
+	held := dl.held // the outages this event met: its next try is a probe of them
+	defer held.leave()
 	defer func() {
 		c.m.InFlight.WithLabelValues(msg.Topic).Dec()
 		c.inFlight.Add(-1)
@@ -308,12 +328,11 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 	if c.opts.Tier > 0 && !c.waitNotBefore(stop, msg, dl.fetched) {
 		return
 	}
-	start := c.now()             // after the wait: handle latency is the work, not the delay
-	var heldFor order.Dependency // the outage this event last met; its retry is a probe of it
+	start := c.now() // after the wait: handle latency is the work, not the delay
 	for attempt := 0; ; attempt++ {
 		outcome, err := c.handle(work, msg, log)
 		if err == nil {
-			c.resumeHeld(heldFor)
+			held.answered(outcome)
 			c.final(dl, outcome, start)
 			if c.log.Enabled(work, slog.LevelDebug) {
 				log().Debug("event handled", slog.String("outcome", string(outcome)))
@@ -340,12 +359,12 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 			continue
 		case order.ActionPause:
 			var oe *order.OutageError
-			heldFor = "dependency"
+			dep := order.Dependency("dependency")
 			if errors.As(err, &oe) {
-				heldFor = oe.Dependency
+				dep = oe.Dependency
 			}
-			c.pause.Outage(heldFor, err)
-			if c.pause.HoldOff(stop, heldFor, d.Delay) != nil {
+			held.meet(dep, err)
+			if held.holdOff(stop, dep, d.Delay) != nil {
 				log().Info("event interrupted by shutdown or a rebalance during an outage, left uncommitted")
 				return
 			}
@@ -353,23 +372,15 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 		}
 		var ve *order.ValidationError
 		if !errors.As(err, &ve) {
-			c.resumeHeld(heldFor) // the dependency answered, though not with success
+			held.answered("") // the dependency answered, though not with success
 		}
-		outcome, rerr := c.router.Route(work, msg, c.opts.Tier, d, err)
+		outcome, rerr := c.router.route(work, stop, msg, c.opts.Tier, d, err)
 		if rerr != nil {
-			log().Info("event interrupted by shutdown while routing, left uncommitted", slog.String("error", rerr.Error()))
+			log().Info("event interrupted by shutdown or a rebalance while routing, left uncommitted", slog.String("error", rerr.Error()))
 			return
 		}
 		c.final(dl, outcome, start)
 		return
-	}
-}
-
-// resumeHeld ends the outage of dep, which an event held for it has just
-// got past; "" (the event met no outage) is no evidence of anything.
-func (c *Consumer) resumeHeld(dep order.Dependency) {
-	if dep != "" {
-		c.pause.Resume(dep)
 	}
 }
 
@@ -408,16 +419,11 @@ func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 // is clamped to that (CONTRACT §5). One delay per tier keeps each tier in
 // time order, so waiting here blocks nothing that could go earlier.
 func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message, fetched time.Time) bool {
-	v, ok := Header(msg, HeaderNotBefore)
-	if !ok {
-		return true
-	}
-	until := fetched.Add(c.policy.TierDelay(c.opts.Tier))
-	if nb, err := time.Parse(time.RFC3339Nano, v); err != nil {
+	until, err := c.notBefore(msg, fetched)
+	if err != nil {
+		v, _ := Header(msg, HeaderNotBefore)
 		c.log.Warn("unreadable x-not-before, waiting the tier's delay", slog.Int("partition", msg.Partition),
 			slog.Int64("offset", msg.Offset), HeaderValueAttr("value", v))
-	} else if nb.Before(until) {
-		until = nb
 	}
 	wait := until.Sub(c.now())
 	if wait <= 0 {
@@ -431,6 +437,25 @@ func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message, fetc
 	case <-stop.Done():
 		return false
 	}
+}
+
+// notBefore is when a record of this tier fetched at fetched may be
+// handled: its x-not-before clamped to the tier's delay from fetched, that
+// delay when the value is unreadable (the error), fetched when it has none.
+func (c *Consumer) notBefore(msg kafkago.Message, fetched time.Time) (time.Time, error) {
+	v, ok := Header(msg, HeaderNotBefore)
+	if !ok {
+		return fetched, nil
+	}
+	until := fetched.Add(c.policy.TierDelay(c.opts.Tier))
+	nb, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return until, err
+	}
+	if nb.Before(until) {
+		until = nb
+	}
+	return until, nil
 }
 
 // commit commits, through gen, the watermarks of gen's partitions that

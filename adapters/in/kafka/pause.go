@@ -16,37 +16,76 @@ import (
 
 // Pause is the consumers' shared "a dependency is down" switch, and the one
 // place that knows whether the process is ready (/readyz). An event that
-// meets an outage marks its dependency down and keeps retrying itself;
-// fetching waits while any dependency is down, so nothing new is taken, and
-// nothing is routed to a retry tier or the DLQ because of the outage.
+// meets an outage marks its dependency down and is held: it keeps retrying
+// itself; fetching waits while any dependency is down, so nothing new is
+// taken, and nothing is routed to a retry tier or the DLQ because of the
+// outage.
 //
 // A dependency comes back up on evidence about that same dependency, from
-// the same kind of operation that failed: an event held for it that went
-// through (Resume), or, for an outage that a probe found, that probe (Run).
-// Evidence about another dependency does not end its outage, so that, say,
-// duplicates answered by Postgres do not lift a pause for a gateway that
-// refuses our credentials. A probe that answers while events are held for
-// its dependency does not resume it by itself (Postgres answers a ping with
-// a full disk): it makes the held events retry at once (HoldOff), and the
-// first that goes through resumes consumption.
+// the same kind of operation that failed: an event held for it that got an
+// answer from it (see holding.answered). Evidence about another dependency
+// does not end its outage, so that, say, duplicates answered by Postgres do
+// not lift a pause for a gateway that refuses our credentials. A probe
+// (Run) that answers while events are held for its dependency does not
+// resume it by itself (Postgres answers a ping with a full disk): it makes
+// the held events retry at once (holding.holdOff), and the first that goes through
+// resumes consumption.
+//
+// An outage must still end when no event is held for it any more: the last
+// one gave way to a rebalance or to shutdown (its partition may now be
+// another member's), or it ended without touching the dependency (a
+// duplicate). Nothing left would ever test the dependency, and a pause
+// without a test lasts for ever. So, with no event held for it:
+//
+//   - an outage of a dependency without a probe (the gateway, whose only
+//     safe request is a charge) lets the next record fetched through as its
+//     probe event: that record is handled as if held for the outage from
+//     the start, and its answer is the evidence. Until it has one, no other
+//     record is let through for that outage;
+//   - an outage of a dependency with a probe (Postgres, Kafka) ends with
+//     the probe's next success. The probe is then the best evidence left:
+//     a member whose partitions are idle has no event to test with. If the
+//     fault is one a probe cannot see (a full disk), the next event meets
+//     it again and consumption pauses again, routing nothing.
+//
+// An outage that a probe or a start-up check found, which no event met, is
+// of the second kind from the start. A routed write held back by Kafka (a
+// broker away, or a destination that refuses even the record's stub) is
+// held for Kafka's outage like an event, so a metadata ping that answers
+// does not end it while the write still fails. A tier record is let
+// through as a probe event only once it may be handled (x-not-before), so
+// that it cannot hold the test back for a tier's delay.
 type Pause struct {
 	mu      sync.Mutex
 	started bool
 	down    map[order.Dependency]*outage
 	since   time.Time     // when the current pause began
 	resumed chan struct{} // closed when the current pause ends
-	probes  map[order.Dependency]Probe
-	gauge   prometheus.Gauge
-	log     *slog.Logger
+	// wanted is closed (and replaced) when an outage without a probe is
+	// left with no event held for it: fetchers waiting for the pause to end
+	// fetch one record for it (admit).
+	wanted chan struct{}
+	probes map[order.Dependency]Probe
+	gauge  prometheus.Gauge
+	log    *slog.Logger
 }
 
 // outage is why one dependency is down.
 type outage struct {
+	dep     order.Dependency
 	err     error
 	since   time.Time
-	byProbe bool          // found by a probe, so a probe's success ends it
+	held    int           // events held for it (including its probe event)
 	probeOK bool          // the last probe of it succeeded
-	retry   chan struct{} // closed to end the HoldOff of events held for it
+	retry   chan struct{} // closed (and replaced) to end the holdOff of events held for it
+	woke    uint64        // how many times retry was closed
+}
+
+// wake ends the holdOff of the events held for o; p.mu is held.
+func (o *outage) wake() {
+	close(o.retry)
+	o.retry = make(chan struct{})
+	o.woke++
 }
 
 // Probe checks one dependency cheaply (a ping, a metadata request) within
@@ -57,12 +96,13 @@ type Probe func(ctx context.Context) error
 // It is not ready until Started is called.
 func NewPause(gauge prometheus.Gauge, log *slog.Logger) *Pause {
 	gauge.Set(0)
-	return &Pause{gauge: gauge, log: log, down: map[order.Dependency]*outage{}, probes: map[order.Dependency]Probe{}}
+	return &Pause{gauge: gauge, log: log, down: map[order.Dependency]*outage{}, probes: map[order.Dependency]Probe{},
+		wanted: make(chan struct{})}
 }
 
 // SetProbe makes Run check dep with probe. A dependency without a probe
-// (the gateway, whose only safe request is a charge) comes back when an
-// event held for it goes through: that retry is its probe.
+// (the gateway) comes back when an event held for it goes through: that
+// retry is its probe.
 func (p *Pause) SetProbe(dep order.Dependency, probe Probe) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -77,39 +117,90 @@ func (p *Pause) Started() {
 	p.started = true
 }
 
-// Outage pauses consumption because dep is unavailable: an event met err.
-func (p *Pause) Outage(dep order.Dependency, err error) { p.outage(dep, err, false) }
-
-func (p *Pause) outage(dep order.Dependency, err error, byProbe bool) {
+// Outage pauses consumption because dep is unavailable, found by something
+// other than an event (a start-up check). No event is held for it: see
+// Pause for how it ends.
+func (p *Pause) Outage(dep order.Dependency, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.outageLocked(dep, err)
+}
+
+// outageLocked marks dep down, if it is not, and returns its outage; p.mu
+// is held.
+func (p *Pause) outageLocked(dep order.Dependency, err error) *outage {
 	if o, ok := p.down[dep]; ok {
-		if !byProbe {
-			o.byProbe = false // an event met it too: only an event's success ends it now
-		}
-		return
+		return o
 	}
 	now := time.Now()
-	p.down[dep] = &outage{err: err, since: now, byProbe: byProbe, retry: make(chan struct{})}
+	o := &outage{dep: dep, err: err, since: now, retry: make(chan struct{})}
+	p.down[dep] = o
 	if len(p.down) > 1 {
 		p.log.Error("dependency unavailable", slog.String("dependency", string(dep)), slog.String("error", err.Error()))
-		return
+		return o
 	}
 	p.since = now
 	p.resumed = make(chan struct{})
 	p.gauge.Set(1)
 	p.log.Error("consumption paused: dependency unavailable", slog.String("dependency", string(dep)), slog.String("error", err.Error()))
+	return o
 }
 
-// HoldOff waits d before an event held for dep tries again, or less when a
-// probe finds dep answering again. It returns ctx's error if ctx ends first.
-func (p *Pause) HoldOff(ctx context.Context, dep order.Dependency, d time.Duration) error {
-	var retry <-chan struct{}
+// holding is one event's part in the outages it met: the event is held for
+// each of them until it gets an answer from that dependency (answered) or
+// leaves without one (leave). The zero value, of a Pause's making, holds
+// nothing; an event carries its own.
+type holding struct {
+	p       *Pause
+	outages []heldFor
+}
+
+// heldFor is one outage an event is held for, and how many times its
+// held events had been woken when the event last met it.
+type heldFor struct {
+	o    *outage
+	seen uint64
+}
+
+// meet records that the event met dep's outage (err): dep is down, and the
+// event is held for it until answered or leave.
+func (h *holding) meet(dep order.Dependency, err error) {
+	p := h.p
 	p.mu.Lock()
-	if o, ok := p.down[dep]; ok {
+	defer p.mu.Unlock()
+	o := p.outageLocked(dep, err)
+	for i := range h.outages {
+		if h.outages[i].o == o {
+			h.outages[i].seen = o.woke
+			return
+		}
+	}
+	o.held++
+	h.outages = append(h.outages, heldFor{o, o.woke})
+}
+
+// holdOff waits d before the event, held for dep, tries again; less when a
+// probe finds dep answering or dep's outage ends, also if that happened
+// since the event met the outage and before it began to wait. It returns
+// ctx's error if ctx ends first.
+func (h *holding) holdOff(ctx context.Context, dep order.Dependency, d time.Duration) error {
+	p := h.p
+	p.mu.Lock()
+	o, down := p.down[dep]
+	woken := !down
+	for _, f := range h.outages {
+		if f.o == o && f.seen != o.woke {
+			woken = true
+		}
+	}
+	var retry <-chan struct{}
+	if down {
 		retry = o.retry
 	}
 	p.mu.Unlock()
+	if woken {
+		return ctx.Err()
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -121,9 +212,133 @@ func (p *Pause) HoldOff(ctx context.Context, dep order.Dependency, d time.Durati
 	return nil
 }
 
-// probed records a probe's success for dep: it ends an outage the probe
-// found, and otherwise lets the events held for dep retry at once, once
-// per time the probe turns from failing (or unknown) to answering.
+// answered records that the event got past the outages it was held for:
+// it succeeded with outcome, or (outcome "") failed with an error that is
+// neither an outage nor a fault of its own bytes, so its dependency
+// answered. Each outage the answer is evidence about ends (Resume); the
+// event is held for none any more.
+func (h *holding) answered(outcome order.Outcome) {
+	for _, f := range h.outages {
+		if proves(f.o.dep, outcome) {
+			h.p.Resume(f.o.dep)
+		}
+	}
+	h.leave()
+}
+
+// proves reports whether an event that ended with outcome ("": an answer
+// that was an error) got an answer from dep. A duplicate is settled by
+// Postgres alone: it says nothing about the gateway.
+func proves(dep order.Dependency, outcome order.Outcome) bool {
+	if dep == order.DependencyGateway {
+		return outcome != order.OutcomeDuplicate && outcome != order.OutcomeDuplicateOrder
+	}
+	return true
+}
+
+// leave lets go of the outages the event is still held for: it is done
+// with, or gave way to a rebalance or shutdown. The last event leaving an
+// outage without a probe wants the next record fetched as its probe event
+// (see Pause).
+func (h *holding) leave() {
+	if len(h.outages) == 0 {
+		return
+	}
+	p := h.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range h.outages {
+		o := f.o
+		o.held--
+		if o.held == 0 && p.down[o.dep] == o && p.probes[o.dep] == nil {
+			close(p.wanted)
+			p.wanted = make(chan struct{})
+		}
+	}
+	h.outages = nil
+}
+
+// wantsProbe returns an outage that wants a probe event: down, without a
+// probe, no event held for it; nil if none. p.mu is held.
+func (p *Pause) wantsProbe() *outage {
+	var found *outage
+	for dep, o := range p.down {
+		if o.held == 0 && p.probes[dep] == nil && (found == nil || dep < found.dep) {
+			found = o
+		}
+	}
+	return found
+}
+
+// admit waits until a record just fetched may be handled: nothing is down,
+// or, from eligible on, the record is let through as the probe event of an
+// outage that wants one. The returned holding is the event's: held for that
+// outage, or for nothing. false when ctx ended first.
+func (p *Pause) admit(ctx context.Context, eligible time.Time) (holding, bool) {
+	for {
+		p.mu.Lock()
+		if len(p.down) == 0 {
+			p.mu.Unlock()
+			return holding{p: p}, true
+		}
+		wait := time.Duration(-1) // until something changes
+		if o := p.wantsProbe(); o != nil {
+			if wait = time.Until(eligible); wait <= 0 {
+				o.held++
+				p.mu.Unlock()
+				p.log.Info("record let through as the probe of an outage no event is held for",
+					slog.String("dependency", string(o.dep)))
+				return holding{p: p, outages: []heldFor{{o, o.woke}}}, true
+			}
+		}
+		resumed, wanted := p.resumed, p.wanted
+		p.mu.Unlock()
+		if !waitChange(ctx, resumed, wanted, wait) {
+			return holding{}, false
+		}
+	}
+}
+
+// waitChange waits until resumed or wanted is closed, or wait has passed
+// (never when negative); false when ctx ended first.
+func waitChange(ctx context.Context, resumed, wanted <-chan struct{}, wait time.Duration) bool {
+	var timeout <-chan time.Time
+	if wait >= 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-resumed:
+	case <-wanted:
+	case <-timeout:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// awaitFetch blocks while paused, unless an outage wants a probe event;
+// false when ctx ended first.
+func (p *Pause) awaitFetch(ctx context.Context) bool {
+	for {
+		p.mu.Lock()
+		if len(p.down) == 0 || p.wantsProbe() != nil {
+			p.mu.Unlock()
+			return true
+		}
+		resumed, wanted := p.resumed, p.wanted
+		p.mu.Unlock()
+		if !waitChange(ctx, resumed, wanted, -1) {
+			return false
+		}
+	}
+}
+
+// probed records a probe's success for dep: it ends dep's outage when no
+// event is held for it, and otherwise lets the events held for dep retry at
+// once, once per time the probe turns from failing (or unknown) to
+// answering.
 func (p *Pause) probed(dep order.Dependency) {
 	p.mu.Lock()
 	o, ok := p.down[dep]
@@ -131,7 +346,7 @@ func (p *Pause) probed(dep order.Dependency) {
 		p.mu.Unlock()
 		return
 	}
-	if o.byProbe {
+	if o.held == 0 {
 		p.mu.Unlock()
 		p.Resume(dep)
 		return
@@ -139,25 +354,23 @@ func (p *Pause) probed(dep order.Dependency) {
 	defer p.mu.Unlock()
 	if !o.probeOK {
 		o.probeOK = true
-		close(o.retry)
-		o.retry = make(chan struct{})
+		o.wake()
 	}
 }
 
 // probeFailed records a probe's failure for dep.
 func (p *Pause) probeFailed(dep order.Dependency, err error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if o, ok := p.down[dep]; ok {
 		o.probeOK = false
-		p.mu.Unlock()
 		return
 	}
-	p.mu.Unlock()
-	p.outage(dep, err, true)
+	p.outageLocked(dep, err)
 }
 
-// Resume is evidence that dep works again: its outage ends, and with the
-// last outage the pause.
+// Resume is evidence that dep works again: its outage ends, the events
+// still held for it retry at once, and with the last outage the pause ends.
 func (p *Pause) Resume(dep order.Dependency) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -166,6 +379,7 @@ func (p *Pause) Resume(dep order.Dependency) {
 		return
 	}
 	delete(p.down, dep)
+	o.wake()
 	if len(p.down) > 0 {
 		p.log.Info("dependency available again; still paused", slog.String("dependency", string(dep)),
 			slog.Duration("down_for", time.Since(o.since)), slog.String("waiting_for", p.downList()))
@@ -214,23 +428,6 @@ func (p *Pause) downList() string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
-}
-
-// Wait blocks while paused; false when ctx ended first.
-func (p *Pause) Wait(ctx context.Context) bool {
-	p.mu.Lock()
-	if len(p.down) == 0 {
-		p.mu.Unlock()
-		return true
-	}
-	ch := p.resumed
-	p.mu.Unlock()
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // ProbeOptions says how often Run probes.

@@ -52,8 +52,8 @@ func TestPauseReadiness(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if !p.Wait(ctx) {
-		t.Error("Wait blocked after the pause ended")
+	if !p.awaitFetch(ctx) {
+		t.Error("fetching still waits after the pause ended")
 	}
 }
 
@@ -92,13 +92,14 @@ func TestPauseProbes(t *testing.T) {
 
 	// Postgres failing an event while its ping answers: the probe does not
 	// resume it, but ends the held event's wait at once.
-	p.Outage(order.DependencyPostgres, errors.New("disk full"))
-	held := make(chan error, 1)
-	go func() { held <- p.HoldOff(ctx, order.DependencyPostgres, time.Hour) }()
+	held := holding{p: p}
+	held.meet(order.DependencyPostgres, errors.New("disk full"))
+	wait := make(chan error, 1)
+	go func() { wait <- held.holdOff(ctx, order.DependencyPostgres, time.Hour) }()
 	select {
-	case err := <-held:
+	case err := <-wait:
 		if err != nil {
-			t.Fatalf("HoldOff: %v", err)
+			t.Fatalf("holdOff: %v", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the probe's success did not end the held event's wait")
@@ -106,8 +107,85 @@ func TestPauseProbes(t *testing.T) {
 	if ok, _ := p.Ready(); ok {
 		t.Fatal("a ping ended an outage that an event met")
 	}
-	p.Resume(order.DependencyPostgres) // the held event went through
+	held.answered(order.OutcomeCharged) // the held event went through
 	if ok, _ := p.Ready(); !ok {
 		t.Error("not ready after the held event went through")
 	}
+}
+
+// An outage with no event held for it any more (the last gave way to a
+// rebalance) must still be able to end (issue 23 point 1): without a probe,
+// the next record fetched is let through as its probe event, one at a time,
+// and that event's answer ends it; with a probe, the probe's success ends
+// it.
+func TestPauseOutageWithoutHeldEvents(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, _ := newTestPause(t)
+	p.Started()
+
+	// The gateway: the held event gives way; fetching may take one record,
+	// which starts held for the outage; a second waits behind it.
+	held := holding{p: p}
+	held.meet(order.DependencyGateway, errors.New("connection refused"))
+	if !p.wantsNone() {
+		t.Fatal("an outage with an event held for it wants a probe event")
+	}
+	held.leave()
+	if !p.awaitFetch(ctx) {
+		t.Fatal("fetching still waits for an outage no event is held for")
+	}
+	probe, ok := p.admit(ctx, time.Now())
+	if !ok || len(probe.outages) != 1 {
+		t.Fatalf("admit = %+v, %v; want the record let through held for the gateway", probe, ok)
+	}
+	second, cancelSecond := context.WithTimeout(ctx, 50*time.Millisecond)
+	if _, ok := p.admit(second, time.Now()); ok {
+		t.Error("a second record let through while the probe event is in flight")
+	}
+	cancelSecond()
+	// A duplicate answered by Postgres says nothing about the gateway: the
+	// outage wants the next record.
+	probe.answered(order.OutcomeDuplicate)
+	if ok, _ := p.Ready(); ok {
+		t.Fatal("a duplicate ended the gateway's outage")
+	}
+	probe, ok = p.admit(ctx, time.Now())
+	if !ok {
+		t.Fatal("no record let through after the probe event left")
+	}
+	// A tier record is not the probe before it may be handled.
+	probe.leave()
+	early, cancelEarly := context.WithTimeout(ctx, 50*time.Millisecond)
+	if _, ok := p.admit(early, time.Now().Add(time.Hour)); ok {
+		t.Error("a record that may not be handled for an hour let through as the probe")
+	}
+	cancelEarly()
+	probe, _ = p.admit(ctx, time.Now())
+	probe.answered(order.OutcomeCharged)
+	if ok, _ := p.Ready(); !ok {
+		t.Fatal("the probe event's charge did not end the gateway's outage")
+	}
+
+	// Postgres, with a probe: no record is let through; the probe's
+	// success ends the outage once no event is held for it.
+	p.SetProbe(order.DependencyPostgres, func(context.Context) error { return nil })
+	held = holding{p: p}
+	held.meet(order.DependencyPostgres, errors.New("disk full"))
+	held.leave()
+	if !p.wantsNone() {
+		t.Error("an outage of a dependency with a probe wants a probe event")
+	}
+	p.probeOnce(ctx, time.Second)
+	if ok, _ := p.Ready(); !ok {
+		t.Error("the probe's success did not end an outage no event is held for")
+	}
+}
+
+// wantsNone reports whether no outage wants a probe event.
+func (p *Pause) wantsNone() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.wantsProbe() == nil
 }

@@ -19,6 +19,7 @@ import (
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/poll"
 )
 
 // pauseWatch is billing_consumer_paused that remembers whether it was ever
@@ -288,25 +289,29 @@ func TestRecordOverBatchBytesBecomesStub(t *testing.T) {
 	}
 }
 
-// refusingWriter refuses every write to topic as not authorised.
+// refusingWriter refuses every write to topic as not authorised while
+// refusing is set.
 type refusingWriter struct {
-	w     Writer
-	topic string
+	w        Writer
+	topic    string
+	refusing atomic.Bool
 }
 
 func (f *refusingWriter) WriteMessages(ctx context.Context, msgs ...kafkago.Message) error {
 	for _, m := range msgs {
-		if m.Topic == f.topic {
+		if m.Topic == f.topic && f.refusing.Load() {
 			return kafkago.WriteErrors{kafkago.TopicAuthorizationFailed}
 		}
 	}
 	return f.w.WriteMessages(ctx, msgs...)
 }
 
-// When even the stub is refused the record is given up, logged with where
-// the original stays, counted twice as refused, and the partition moves on
-// without a pause.
-func TestRefusedStubDoesNotBlockThePartition(t *testing.T) {
+// When even the stub is refused (the DLQ not authorised), the DLQ is
+// unwritable: a fault of the service, not of the record (CONTRACT §4). The
+// consumer pauses, never commits past the record, and once the DLQ takes
+// writes again the record reaches it and consumption resumes (issue 23
+// point 7).
+func TestRefusedStubPauses(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	h := &scriptedHandler{fn: func(v string, _ int) (order.Outcome, error) {
@@ -316,14 +321,30 @@ func TestRefusedStubDoesNotBlockThePartition(t *testing.T) {
 		return order.OutcomeCharged, nil
 	}}
 	r.send(t, "bad", "ok-1", "ok-2")
-	r.run(t, 0, r.topic, r.group, h, &refusingWriter{w: kafkatest.NewWriter(t, r.brokers, ""), topic: "dlq"})
+	var bad kafkago.Message
+	for _, m := range kafkatest.ReadAll(t, r.brokers, r.topic, 3, 10*time.Second) {
+		if string(m.Value) == "bad" {
+			bad = m
+		}
+	}
+	w := &refusingWriter{w: kafkatest.NewWriter(t, r.brokers, ""), topic: "dlq"}
+	w.refusing.Store(true)
+	r.run(t, 0, r.topic, r.group, h, w)
+	poll.Until(t, "the pause, the stub refused", 15*time.Second, func() bool {
+		return testutil.ToFloat64(r.m.ConsumerPaused) == 1 &&
+			testutil.ToFloat64(r.m.RoutedWrites.WithLabelValues("dlq", ResultRefused)) >= 4
+	})
+	if got := kafkatest.CommittedOffsets(t, r.brokers, r.group, r.topic)[bad.Partition]; got > bad.Offset {
+		t.Fatalf("partition %d committed to %d past the record whose stub was refused (offset %d)", bad.Partition, got, bad.Offset)
+	}
+
+	w.refusing.Store(false)
 	kafkatest.WaitCommitted(t, r.brokers, r.group, r.topic, 15*time.Second)
-	if got := testutil.ToFloat64(r.m.RoutedWrites.WithLabelValues("dlq", ResultRefused)); got != 2 {
-		t.Errorf("refused = %v, want 2 (the record, then its stub)", got)
+	dlq := kafkatest.ReadAll(t, r.brokers, "dlq", 1, 10*time.Second)
+	if len(dlq) != 1 || string(dlq[0].Value) != "bad" {
+		t.Errorf("DLQ holds %d records, want the refused one whole", len(dlq))
 	}
-	if got := testutil.ToFloat64(r.m.ConsumerPaused); got != 0 {
-		t.Errorf("paused = %v", got)
-	}
+	poll.Until(t, "consumption to resume", 10*time.Second, func() bool { return testutil.ToFloat64(r.m.ConsumerPaused) == 0 })
 }
 
 // billing_routed_writes_total{result="refused"} exists from the first scrape.

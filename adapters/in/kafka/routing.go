@@ -86,6 +86,13 @@ func NewRouter(w Writer, routes Routes, m *metrics.Metrics, pause *Pause, log *s
 // else the DLQ) and returns the outcome to count. It returns an error only
 // when ctx ended before a write was acknowledged.
 func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, d order.Decision, cause error) (order.Outcome, error) {
+	return r.route(ctx, ctx, msg, tier, d, cause)
+}
+
+// route is Route for an event of a consumer: while the destination refuses
+// even the record's stub, the event is held for that outage, and gives way
+// (an error) when stop ends, as any held event does at a rebalance.
+func (r *Router) route(ctx, stop context.Context, msg kafkago.Message, tier int, d order.Decision, cause error) (order.Outcome, error) {
 	now := r.now().UTC()
 	class := d.Class
 	out := kafkago.Message{
@@ -107,12 +114,9 @@ func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, d ord
 	}
 	out.Headers = append(out.Headers, kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
 
-	res, err := r.deliver(ctx, out)
+	res, err := r.deliver(ctx, stop, out)
 	if err != nil {
 		return "", err
-	}
-	if res == givenUp {
-		return outcome, nil // deliver logged it
 	}
 	attrs := []slog.Attr{
 		slog.String("to", out.Topic), slog.String("class", class.String()), slog.Int("attempt", attempt),
@@ -135,18 +139,60 @@ type routeResult int
 const (
 	whole   routeResult = iota // written as it is
 	stubbed                    // written without its value (x-value-omitted)
-	givenUp                    // refused even without its value: not written
 )
 
-// deliver writes msg and returns once a write is acknowledged or given up
-// for good, and how. A write the
-// broker refuses for good (see refused) is retried once alone, since a batch
-// refused for one oversized record fails its neighbours too; refused alone,
-// it is written as an x-value-omitted stub (CONTRACT §5). A stub refused too
-// is given up: the partition must not block, and the original stays
-// readable at x-original-* until that topic's retention, which the error
-// log names. It returns an error only when ctx ended first.
-func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (routeResult, error) {
+// errStubRefused is a routed write refused for good even without its
+// value: the destination takes nothing from this service.
+var errStubRefused = errors.New("routed write refused even without its value")
+
+// deliver writes msg and returns once a write is acknowledged, and how. A
+// write the broker refuses for good (see refused) is retried once alone,
+// since a batch refused for one oversized record fails its neighbours too;
+// refused alone, it is written as an x-value-omitted stub (CONTRACT §5).
+//
+// A stub refused too means that the destination takes nothing from this
+// service (not authorised, a topic that is gone): a fault of the service,
+// not of the record (CONTRACT §4), so the record must neither block its
+// partition as if it were bad nor be given up (its offset would then be
+// committed and the record be nowhere). The event is held for a Kafka
+// outage, which pauses consumption, and the whole sequence is tried again
+// after the policy's outage wait, until a write is acknowledged; it gives
+// way (an error) when stop ends, and ctx ends the writes themselves.
+func (r *Router) deliver(ctx, stop context.Context, msg kafkago.Message) (routeResult, error) {
+	held := holding{p: r.pause}
+	defer held.leave()
+	for attempt := 0; ; attempt++ {
+		res, err := r.deliverOnce(ctx, msg)
+		if !errors.Is(err, errStubRefused) {
+			if err == nil && attempt > 0 && r.pause != nil {
+				r.pause.Resume(order.DependencyKafka) // the destination takes writes again
+			}
+			return res, err
+		}
+		if attempt == 0 {
+			orig := func(k string) slog.Attr { v, _ := headerOf(msg.Headers, k); return HeaderValueAttr(k, v) }
+			r.log.LogAttrs(ctx, slog.LevelError, "routed write refused even without its value; "+
+				"consumption pauses until the destination takes it",
+				slog.String("to", msg.Topic), orig(HeaderOriginalTopic), orig(HeaderOriginalPartition),
+				orig(HeaderOriginalOffset), slog.String("error", err.Error()))
+		}
+		delay := r.routes.Policy.Outage.Delay(attempt)
+		if r.pause == nil {
+			err = sleep(stop, delay)
+		} else {
+			held.meet(order.DependencyKafka, err)
+			err = held.holdOff(stop, order.DependencyKafka, delay)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("write to %s: %w", msg.Topic, err)
+		}
+	}
+}
+
+// deliverOnce is one pass of deliver: the record, alone, then its stub. It
+// returns errStubRefused when the stub is refused too, and another error
+// only when ctx ended.
+func (r *Router) deliverOnce(ctx context.Context, msg kafkago.Message) (routeResult, error) {
 	err := r.write(ctx, msg, r.w.WriteMessages)
 	if err == nil || !refused(err) {
 		return whole, err
@@ -168,12 +214,7 @@ func (r *Router) deliver(ctx context.Context, msg kafkago.Message) (routeResult,
 		return stubbed, err
 	}
 	r.m.RoutedWrites.WithLabelValues(msg.Topic, ResultRefused).Inc()
-	orig := func(k string) slog.Attr { v, _ := headerOf(msg.Headers, k); return HeaderValueAttr(k, v) }
-	r.log.LogAttrs(ctx, slog.LevelError, "routed write refused even without its value; the record is not routed, "+
-		"read it at its original place",
-		slog.String("to", msg.Topic), orig(HeaderOriginalTopic), orig(HeaderOriginalPartition),
-		orig(HeaderOriginalOffset), slog.String("error", err.Error()))
-	return givenUp, nil
+	return 0, fmt.Errorf("%w: %w", errStubRefused, err)
 }
 
 // alone writes msg in a batch of its own when the Writer can (infra/kafka's
@@ -193,12 +234,14 @@ func (r *Router) alone(ctx context.Context, msgs ...kafkago.Message) error {
 // Write schedule; its WriteOutageAfter in a row mean Kafka is unreachable
 // for writes, which pauses consumption.
 func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(context.Context, ...kafkago.Message) error) error {
+	held := holding{p: r.pause} // the Kafka outage this write met, if any
+	defer held.leave()
 	for attempt := 0; ; attempt++ {
 		err := write(ctx, msg)
 		if err == nil {
 			r.m.RoutedWrites.WithLabelValues(msg.Topic, "ok").Inc()
 			if attempt > 0 && r.pause != nil {
-				r.pause.Resume("kafka")
+				r.pause.Resume(order.DependencyKafka)
 			}
 			return nil
 		}
@@ -212,10 +255,14 @@ func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(cont
 		r.m.RoutedWrites.WithLabelValues(msg.Topic, "error").Inc()
 		r.log.LogAttrs(ctx, slog.LevelError, "routed write failed, retrying",
 			slog.String("to", msg.Topic), slog.Int("attempt", attempt+1), slog.String("error", err.Error()))
+		wait := sleep
 		if attempt+1 >= r.routes.Policy.WriteOutageAfter && r.pause != nil {
-			r.pause.Outage(order.DependencyKafka, err)
+			held.meet(order.DependencyKafka, err)
+			wait = func(ctx context.Context, d time.Duration) error {
+				return held.holdOff(ctx, order.DependencyKafka, d)
+			}
 		}
-		if err := sleep(ctx, r.routes.Policy.Write.Delay(attempt)); err != nil {
+		if err := wait(ctx, r.routes.Policy.Write.Delay(attempt)); err != nil {
 			return fmt.Errorf("write to %s: %w", msg.Topic, err)
 		}
 	}

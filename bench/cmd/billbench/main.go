@@ -60,6 +60,8 @@ type options struct {
 	groupedSQL string   // the grouped script (issue 18's shape)
 	args       []string // as given, for the report
 	cpuProfile string
+	flood      int  // records of each memory line (0: none)
+	floodOnly  bool // only the memory lines
 }
 
 func parseOptions(args []string) (options, error) {
@@ -78,6 +80,8 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.steady, "steady", 6*time.Second, "steady state each service run aims at (events are sized from the rate measured so far)")
 	fs.DurationVar(&o.pgbenchT, "pgbench-time", 6*time.Second, "pgbench -T of each ceiling run (per-event and grouped)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the driver's own CPU profile (the gateway stub runs in it) to this file")
+	fs.IntVar(&o.flood, "flood", 160, "records of each memory line (peak RSS at in-flight 64 with ~900 KB events made of empty headers, and of a padded value); 0 for none")
+	fs.BoolVar(&o.floodOnly, "flood-only", false, "measure only the memory lines (no throughput cell, no pgbench)")
 	fs.StringVar(&o.broker, "broker", "auto", "auto (real broker when its jars are present, else kfake), real or kfake")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -108,6 +112,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.wideConns < 0 || o.wideFlight < 1 {
 		return o, fmt.Errorf("-wide-conns %d -wide-inflight %d: want a pool of 0 or more and an in-flight of 1 or more", o.wideConns, o.wideFlight)
+	}
+	if o.flood < 0 || (o.floodOnly && o.flood == 0) {
+		return o, fmt.Errorf("-flood %d: want 0 or more records, and more than 0 with -flood-only", o.flood)
 	}
 	if o.reps < 1 {
 		return o, fmt.Errorf("-reps %d: want at least 1", o.reps)
@@ -146,12 +153,22 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	defer env.close(log)
 
-	res, err := measure(ctx, env, o, log)
-	if err != nil {
+	var res *result
+	if o.floodOnly {
+		res = &result{}
+	} else if res, err = measure(ctx, env, o, log); err != nil {
 		return err
+	}
+	if o.flood > 0 {
+		if res.floods, err = runFloods(ctx, env, o, log); err != nil {
+			return err
+		}
 	}
 	res.took = time.Since(start)
 	report := res.markdown(env, o)
+	if o.floodOnly {
+		report = res.floodReport(env, o)
+	}
 	fmt.Print(report)
 	if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
 		return fmt.Errorf("write report: %w", err)

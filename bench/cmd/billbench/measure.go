@@ -23,6 +23,7 @@ type result struct {
 	runs    map[cell][]serviceRun     // the measured runs, reps per cell
 	pgbench map[int][]pgbenchRun      // per-event script, by client count
 	grouped map[groupKey][]pgbenchRun // grouped script, by client count and group size
+	floods  []floodRun                // the memory lines
 	took    time.Duration
 }
 

@@ -278,7 +278,7 @@ func (r *result) checks() []check {
 	}
 	out = append(out, check{peak < targetPeakRSSMiB, "issues 5, 18", fmt.Sprintf(
 		"highest peak RSS of all measured runs: %.1f MiB (%s); target < %.0f MiB", peak, at, targetPeakRSSMiB)})
-	return out
+	return append(out, floodChecks(r.floods)...)
 }
 
 // shownPct is pct rounded down to a tenth.
@@ -378,6 +378,9 @@ func (r *result) markdown(e *env, o options) string {
 		p("\npgbench runs: host CPU %s (medians, %% of one core); steal %.0f%% median (%.0f–%.0f%%).\n",
 			strings.Join(busy, ", "), median(st), slices.Min(st), slices.Max(st))
 	}
+	if len(r.floods) > 0 {
+		p("%s", floodMarkdown(r.floods, o))
+	}
 	p("\n## Targets\n\n")
 	var named []string
 	for _, n := range groupedTargetInFlight {
@@ -412,6 +415,11 @@ func (r *result) markdown(e *env, o options) string {
 			if pb.problem != "" {
 				problems = append(problems, what+": "+pb.problem)
 			}
+		}
+	}
+	for _, f := range r.floods {
+		for _, pr := range f.problems {
+			problems = append(problems, fmt.Sprintf("%s (memory line, %s): %s", f.name, f.what(), pr))
 		}
 	}
 	p("\n## Checks of every run\n\n")
