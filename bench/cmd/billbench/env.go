@@ -232,7 +232,7 @@ func (e *env) truncate(ctx context.Context) error {
 		return fmt.Errorf("connect postgres: %w", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "TRUNCATE processed_event, invoice"); err != nil {
+	if _, err := conn.Exec(ctx, "TRUNCATE processed_event, invoice, invoice_outbox"); err != nil {
 		return fmt.Errorf("truncate: %w", err)
 	}
 	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {

@@ -19,13 +19,14 @@ import (
 // same check as issue 5 with another bound, issue 18's replaces it; the
 // others of issue 5 stay.
 const (
-	targetSpeedup     = 40.0  // issues 5, 18: at 20 ms, in-flight 64 over in-flight 1
-	targetCeilingPct  = 60.0  // issue 5: at 0 ms, events/s as % of the per-event pgbench ceiling
-	targetGroupedPct  = 100.0 // issue 18: the same at in-flight 64 and 256 (issue 5's 60% there)
-	targetDupPct      = 300.0 // issue 18: the all-duplicate stream at in-flight 64, same ceiling
-	targetWidePct     = 90.0  // issue 18: the default pool's events/s as % of the wide pool's
-	targetMaxConns    = 8     // issue 18: the default pool at in-flight 256, at most
-	targetPeakRSSMiB  = 100.0 // issues 5, 18
+	targetSpeedup     = 40.0        // issues 5, 18: at 20 ms, in-flight 64 over in-flight 1
+	targetCeilingPct  = 60.0        // issue 5: at 0 ms, events/s as % of the per-event pgbench ceiling
+	targetGroupedPct  = 100.0       // issue 18: the same at in-flight 64 and 256 (issue 5's 60% there)
+	targetDupPct      = 300.0       // issue 18: the all-duplicate stream at in-flight 64, same ceiling
+	targetWidePct     = 90.0        // issue 18: the default pool's events/s as % of the wide pool's
+	targetMaxConns    = 8           // issue 18: the default pool at in-flight 256, at most
+	targetPeakRSSMiB  = 100.0       // issues 5, 18
+	targetPublishP99  = time.Second // issue 26: invoice events' publish lag p99 at 0 ms, in-flight 64
 	speedupLatency    = 20 * time.Millisecond
 	speedupInFlight   = 64
 	sequentialFlights = 1
@@ -113,6 +114,31 @@ func (r *result) cpu(c cell, group string) []float64 {
 		out = append(out, run.cpu.groups[group])
 	}
 	return out
+}
+
+// publishLag is a cell's median p50 and p99 of the publish lag, in ms, and
+// whether any run published.
+func (r *result) publishLag(c cell) (p50, p99 float64, ok bool) {
+	var a, b []float64
+	for _, run := range r.runs[c] {
+		if run.published > 0 {
+			a = append(a, float64(run.publishP50)/float64(time.Millisecond))
+			b = append(b, float64(run.publishP99)/float64(time.Millisecond))
+		}
+	}
+	return median(a), median(b), len(b) > 0
+}
+
+// cpuPerEvent is a cell's median of billing's CPU time per event, in µs:
+// each run's share of one core over its events/s.
+func (r *result) cpuPerEvent(c cell) float64 {
+	var out []float64
+	for _, run := range r.runs[c] {
+		if run.rate > 0 {
+			out = append(out, run.cpu.groups["billing"]/100*1e6/run.rate)
+		}
+	}
+	return median(out)
 }
 
 // meanMs is a cell's median of one mean duration per run, in ms.
@@ -242,6 +268,15 @@ func (r *result) checks() []check {
 			"at 0 ms, %s reaches %.1f%% of the per-event pgbench ceiling at %d clients (median of %d runs, each to the ceiling measured just before it: %s; medians %.0f vs %.0f events/s); target ≥ %.0f%%",
 			what, shownPct(pct), k, len(pcts), pctRange(pcts), median(r.rates(c)), median(r.ceiling(k)), target)})
 	}
+	if c := (cell{latency: 0, inFlight: speedupInFlight}); len(r.runs[c]) > 0 {
+		if _, p99, ok := r.publishLag(c); ok {
+			out = append(out, check{p99 < float64(targetPublishP99/time.Millisecond), "issue 26", fmt.Sprintf(
+				"at 0 ms, in-flight %d, invoice events are published %.0f ms after their transition at p99 (median of the runs' p99); target < %v",
+				c.inFlight, p99, targetPublishP99)})
+		} else {
+			out = append(out, check{false, "issue 26", fmt.Sprintf("at 0 ms, in-flight %d published no invoice event: no publish lag to check", c.inFlight)})
+		}
+	}
 	for _, w := range r.cells {
 		if w.conns == 0 {
 			continue
@@ -328,10 +363,11 @@ func (r *result) markdown(e *env, o options) string {
 		"at the same client count, for as long, right after the per-event ceiling; G is max(1, in-flight / clients), the in-flight events per connection (a fixed rule, not the measured group size beside it); one pgbench transaction is G events, so its events/s is tps × G; %% of grouped is the median of each run's events/s over the grouped ceiling of its rep; " +
 		"every pgbench run is checked: no failed transaction, and per transaction G invoices charged and G dedup rows in today's partition\n")
 	p("- events per group: the mean events per group statement over the measured interval, from the service's histogram `billing_db_group_events{op}` (Δ`_sum` / Δ`_count`), median of the runs; — where the binary does not export it\n")
+	p("- publish lag: quantiles of `billing_publish_lag_seconds` (an invoice's transition to the acknowledged write of its event, `BILLING_PUBLISH_EVENTS` at its default, on) over each whole run, read once every event of the run is published; median of the runs; — where nothing was published (the dup rows); billing CPU µs/event is each run's billing CPU over its events/s, median of the runs\n")
 	p("- every figure is the median of %d runs (min–max in brackets); reps are interleaved across cells; ms per event are the means of `billing_handle_duration_seconds` (fetch to final outcome) and `billing_payment_duration_seconds` over the measured interval; CPU is %% of one core (the host has %d), median, over the measured interval; the driver process holds the gateway stub (served by its lean HTTP/1.1 server); steal is CPU time the hypervisor gave other guests while this one wanted it, %% of one core\n\n", o.reps, runtime.NumCPU())
 
-	p("| gateway | in-flight | DB pool (busy) | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | grouped ceiling, events/s (G) | %% of grouped | events per group: reserve / settle | peak RSS MiB | ms per event: in flight / gateway | CPU billing / postgres / broker / driver / host (steal) |\n")
-	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| gateway | in-flight | DB pool (busy) | events/s | × in-flight 1 | pgbench ceiling (clients) | %% of ceiling | grouped ceiling, events/s (G) | %% of grouped | events per group: reserve / settle | peak RSS MiB | ms per event: in flight / gateway | publish lag ms p50 / p99 | billing CPU µs/event | CPU billing / postgres / broker / driver / host (steal) |\n")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range r.cells {
 		rates := r.rates(c)
 		rate := median(rates)
@@ -353,12 +389,17 @@ func (r *result) markdown(e *env, o options) string {
 			gceil = fmt.Sprintf("%.0f (%.0f–%.0f) (%d)", median(g), minOr0(g), maxOr0(g), c.group())
 		}
 		rss := r.rssMiB(c)
-		p("| %s | %d | %d (%.1f) | %.0f (%.0f–%.0f) | %s | %s | %s | %s | %s | %s | %.1f (max %.1f) | %.1f / %.1f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
+		lag := "—"
+		if p50, p99, ok := r.publishLag(c); ok {
+			lag = fmt.Sprintf("%.0f / %.0f", p50, p99)
+		}
+		p("| %s | %d | %d (%.1f) | %.0f (%.0f–%.0f) | %s | %s | %s | %s | %s | %s | %.1f (max %.1f) | %.1f / %.1f | %s | %.0f | %.0f%% / %.0f%% / %.0f%% / %.0f%% / %.0f%% (%.0f%%) |\n",
 			label, c.inFlight, r.poolRan(c), r.busy(c),
 			rate, slices.Min(rates), slices.Max(rates), speed,
 			ceil, fmtPcts(r.ceilingPcts(c)), gceil, fmtPcts(r.groupedPcts(c)), r.groupSizes(c),
 			median(rss), slices.Max(rss),
 			r.meanMs(c, func(s serviceRun) time.Duration { return s.meanHandle }), r.meanMs(c, func(s serviceRun) time.Duration { return s.meanGateway }),
+			lag, r.cpuPerEvent(c),
 			median(r.cpu(c, "billing")), median(r.cpu(c, "postgres")), median(r.cpu(c, "broker")),
 			median(r.cpu(c, "driver")), median(r.hostCPU(c)), median(r.steal(c)))
 	}

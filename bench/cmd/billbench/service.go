@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -108,6 +110,12 @@ type serviceRun struct {
 	// statement over the interval (billing_db_group_events); 0 when the
 	// binary does not export it or grouped nothing.
 	groupReserve, groupSettle float64
+	// publishP50 and publishP99 are quantiles of billing_publish_lag_seconds
+	// over the whole run (transition to acknowledged write of its invoice
+	// event), read once every event of the run is published; published
+	// counts them (0: a binary that publishes nothing, or a dup run).
+	publishP50, publishP99 time.Duration
+	published              float64
 }
 
 // scrapeInterval is how often /metrics is read (/proc only at the samples
@@ -326,6 +334,9 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		time.Sleep(scrapeInterval)
 	}
 
+	// Every invoice event published: the relay runs behind the settles.
+	r.published, r.publishP50, r.publishP99 = waitPublished(ctx, client, metricsURL, outcomes)
+
 	// A clean drain: SIGTERM, exit 0.
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -419,6 +430,76 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int, keep bool
 	return kept, nil
 }
 
+// waitPublished waits, up to 30 s, until billing has published an invoice
+// event for every charged and declined event of the run, and returns how
+// many it published and the p50 and p99 of their publish lag, interpolated
+// within the histogram's buckets as Prometheus's histogram_quantile does.
+func waitPublished(ctx context.Context, client *http.Client, url string, outcomes map[string]float64) (float64, time.Duration, time.Duration) {
+	want := outcomes["charged"] + outcomes["declined"]
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		series := map[string]float64{}
+		if _, err := scrapeOutcomes(ctx, client, url, series); err == nil {
+			if n := series[publishedCount]; n >= want || time.Now().After(deadline) {
+				return n, histogramQuantile(0.5, series), histogramQuantile(0.99, series)
+			}
+		} else if time.Now().After(deadline) {
+			return 0, 0, 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, 0
+		case <-time.After(scrapeInterval):
+		}
+	}
+}
+
+// publishedCount is the count of billing_publish_lag_seconds: one per
+// published invoice event.
+const publishedCount = "billing_publish_lag_seconds_count"
+
+// publishBucket is the prefix of billing_publish_lag_seconds' buckets.
+const publishBucket = `billing_publish_lag_seconds_bucket{le="`
+
+// histogramQuantile is q of the publish-lag histogram in series (its
+// cumulative buckets by upper bound), linear within the bucket that holds
+// it; 0 without observations.
+func histogramQuantile(q float64, series map[string]float64) time.Duration {
+	type bucket struct{ le, count float64 }
+	var bs []bucket
+	for name, v := range series {
+		le, ok := strings.CutPrefix(name, publishBucket)
+		if !ok {
+			continue
+		}
+		bound, err := strconv.ParseFloat(strings.TrimSuffix(le, `"}`), 64)
+		if err != nil {
+			continue
+		}
+		bs = append(bs, bucket{bound, v})
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	if len(bs) == 0 || bs[len(bs)-1].count == 0 {
+		return 0
+	}
+	rank := q * bs[len(bs)-1].count
+	lower, below := 0.0, 0.0
+	for _, b := range bs {
+		if b.count >= rank {
+			if math.IsInf(b.le, 1) { // past the last finite bound: that bound
+				return time.Duration(lower * float64(time.Second))
+			}
+			frac := 0.0
+			if b.count > below {
+				frac = (rank - below) / (b.count - below)
+			}
+			return time.Duration((lower + (b.le-lower)*frac) * float64(time.Second))
+		}
+		lower, below = b.le, b.count
+	}
+	return time.Duration(lower * float64(time.Second))
+}
+
 // meanSeries are the histogram sums and counts scraped beside the outcomes,
 // for the mean time an event is in flight and a gateway call takes, and the
 // pool's connections in use.
@@ -462,7 +543,8 @@ func scrapeOutcomes(ctx context.Context, client *http.Client, url string, series
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	const prefix = `billing_events_total{outcome="`
 	for sc.Scan() {
-		if name, value, ok := strings.Cut(sc.Text(), " "); ok && slices.Contains(meanSeries, name) {
+		if name, value, ok := strings.Cut(sc.Text(), " "); ok && (slices.Contains(meanSeries, name) ||
+			name == publishedCount || strings.HasPrefix(name, publishBucket)) {
 			if v, err := strconv.ParseFloat(value, 64); err == nil {
 				series[name] = v
 			}
