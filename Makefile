@@ -15,6 +15,9 @@ IMAGE ?= billing
 # duration, because a time limit that expires while an input is being minimized
 # fails the run with "context deadline exceeded" (a go test -fuzz quirk).
 FUZZTIME ?= 300000x
+# The same for the patched kafka-go's read path, with minimization bounded too
+# (each new input is minimized for up to 60 s by default).
+FUZZTIME_KAFKA ?= 100000x
 
 .PHONY: help
 help: ## list the targets
@@ -43,7 +46,8 @@ GOFILES = $$(git ls-files '*.go' ':!third_party/')
 test: deps ## vet, gofmt, all tests with -race (real Postgres, in-process and real Kafka), short fuzz
 	@test -z "$$(gofmt -l $(GOFILES))" || { echo "gofmt needed:"; gofmt -l $(GOFILES); exit 1; }
 	$(GO) vet ./...
-	cd third_party/kafka-go && $(GO) vet . && $(GO) test -race -count=1 -run 'TestBillingPatch' ./
+	cd third_party/kafka-go && $(GO) vet . && $(GO) test -race -count=1 -run 'BillingPatch' ./ && \
+		$(GO) test -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzztime=$(FUZZTIME_KAFKA) -fuzzminimizetime=100x ./
 	BILLING_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./core/order
 

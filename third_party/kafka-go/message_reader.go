@@ -138,10 +138,7 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 		err = RequestTimedOut
 		return
 	}
-	if err = r.readHeader(); err != nil {
-		return
-	}
-	if err = r.hideBatches(); err != nil { // billing patch
+	if err = r.readVisibleHeader(); err != nil { // billing patch
 		return
 	}
 	switch r.header.magic {
@@ -186,6 +183,9 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 			// read and decompress the contained message set.
 			r.decompressed.Reset()
 			if err = r.readBytesWith(func(br *bufio.Reader, sz int, n int) (remain int, err error) {
+				if n < 0 { // billing patch: a null or negative length, from the wire
+					return sz, fmt.Errorf("compressed message at offset %d has a value of length %d", offset, n)
+				}
 				// x4 as a guess that the average compression ratio is near 75%
 				r.decompressed.Grow(4 * n)
 				limitReader := io.LimitedReader{R: br, N: int64(n)}
@@ -337,6 +337,10 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 	}
 	var headerCount int64
 	if err = r.readVarInt(&headerCount); err != nil {
+		return
+	}
+	if headerCount > int64(r.remain/2) { // billing patch: 2 bytes a header at least
+		err = fmt.Errorf("record at offset %d has %d headers in %d bytes", offset, headerCount, r.remain)
 		return
 	}
 	if headerCount > 0 {
@@ -492,6 +496,9 @@ func (r *messageSetReader) readHeader() (err error) {
 			return
 		}
 		if err = r.readInt32(&r.header.v2.count); err != nil {
+			return
+		}
+		if err = r.header.checkV2(); err != nil { // billing patch
 			return
 		}
 		r.count = int(r.header.v2.count)

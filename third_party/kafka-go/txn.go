@@ -5,7 +5,9 @@ package kafka
 // the Java client's CompletedFetch does.
 
 import (
+	"bufio"
 	"encoding/binary"
+	"fmt"
 	"sort"
 )
 
@@ -88,17 +90,40 @@ func controlRecordIsAbort(b []byte) bool {
 	return len(b) >= 4 && int16(binary.BigEndian.Uint16(b[2:4])) == controlAbort
 }
 
-// hideBatches skips the batches, starting with the one whose header was just
-// read, that the filter hides, and reads the header of the next one. It
-// records the offset after the last batch it skipped in hiddenNext, so that
-// the Batch moves past them even if no record follows.
-func (r *messageSetReader) hideBatches() error {
-	for r.header.magic == 2 && r.count > 0 && r.count == int(r.header.v2.count) && r.parent == nil {
-		h := r.header.v2
-		body := int(r.header.length - 49) // bytes of the records, after the header
-		if body < 0 {
-			return errShortRead
+// checkV2 rejects a v2 batch header whose counts no batch has: they come
+// from the wire, and hideBatches, readMessageV2 and the Batch's next offset
+// rely on them.
+func (h messagesHeader) checkV2() error {
+	if h.length < 49 || h.v2.count < 0 || h.v2.lastOffsetDelta < 0 {
+		return fmt.Errorf("record batch at offset %d: length %d, %d records, last offset delta %d",
+			h.firstOffset, h.length, h.v2.count, h.v2.lastOffsetDelta)
+	}
+	return nil
+}
+
+// readVisibleHeader replaces readMessage's readHeader: it reads the next
+// header when the current batch is spent, then skips the batches hidden from
+// the application. An empty batch whose header newMessageSetReader read is
+// not spent yet: readHeader would read past it unseen.
+func (r *messageSetReader) readVisibleHeader() error {
+	if r.parent != nil || r.header.magic != 2 || r.count != 0 || r.header.v2.count != 0 {
+		if err := r.readHeader(); err != nil {
+			return err
 		}
+	}
+	return r.hideBatches()
+}
+
+// hideBatches skips the batches, starting with the one whose header was just
+// read, that the filter hides, and the empty ones (log compaction leaves
+// them), and reads the header of the next one. It records the offset after
+// the last batch it skipped in hiddenNext, so that the Batch moves past them
+// even if no record follows.
+func (r *messageSetReader) hideBatches() error {
+	// r.count == r.header.v2.count: no record of this batch was read yet.
+	for r.header.magic == 2 && r.count == int(r.header.v2.count) && r.parent == nil {
+		h := r.header.v2
+		body := int(r.header.length - 49) // bytes of the records, after the header (checkV2)
 		abort := false
 		if h.attributes&batchControl != 0 {
 			n := body
@@ -114,7 +139,10 @@ func (r *messageSetReader) hideBatches() error {
 			}
 			abort = controlRecordIsAbort(b)
 		}
-		if !r.txn.hide(r.header.firstOffset, h.attributes, h.lastOffsetDelta, h.producerID, abort) {
+		// An empty batch has nothing to show, and no marker to take into
+		// account: the aborted transactions it would start are started by
+		// the next batch as well (FirstOffset <= its last offset).
+		if r.count > 0 && !r.txn.hide(r.header.firstOffset, h.attributes, h.lastOffsetDelta, h.producerID, abort) {
 			return nil
 		}
 		if body > r.remain {
@@ -132,4 +160,29 @@ func (r *messageSetReader) hideBatches() error {
 		}
 	}
 	return nil
+}
+
+// readAbortedTransactions reads a fetch response partition's aborted
+// transactions (fetch v4+). Their count comes from the wire: one the bytes
+// left cannot hold (16 each) is an error of this fetch, and the list grows
+// as entries arrive, so that a response claiming more bytes than it sends
+// allocates no more than it sends.
+func readAbortedTransactions(r *bufio.Reader, remain int) ([]abortedTransaction, int, error) {
+	var n int
+	remain, err := readArrayLen(r, remain, &n)
+	if err != nil || n == -1 {
+		return nil, remain, err
+	}
+	if n < 0 || n > remain/16 {
+		return nil, remain, fmt.Errorf("fetch response lists %d aborted transactions in %d bytes", n, remain)
+	}
+	var aborted []abortedTransaction
+	for i := 0; i < n; i++ {
+		var a abortedTransaction
+		if remain, err = read(r, remain, &a); err != nil {
+			return nil, remain, err
+		}
+		aborted = append(aborted, a)
+	}
+	return aborted, remain, nil
 }
