@@ -11,6 +11,12 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell test -n "$$(git statu
 LDFLAGS := -X github.com/acme/billing/internal/version.version=$(VERSION) -X github.com/acme/billing/internal/version.revision=$(REVISION)
 # The image `make image` builds and tags with $(VERSION).
 IMAGE ?= billing
+# The Go release: go.mod's toolchain line. A Go whose default is
+# GOTOOLCHAIN=local (this repository's build machines: their go.env says so)
+# ignores that line; naming the release makes the go command fetch it from the
+# Go module proxy and run it. An explicit GOTOOLCHAIN in the environment wins
+# (scripts/deps.sh refuses one that runs an older Go).
+export GOTOOLCHAIN ?= $(shell awk '$$1 == "toolchain" {print $$2}' go.mod)
 # Short fuzzing of the event decoder inside `make test`: a count of inputs, not a
 # duration, because a time limit that expires while an input is being minimized
 # fails the run with "context deadline exceeded" (a go test -fuzz quirk).

@@ -3,7 +3,9 @@
 # from Debian's packages and Maven Central when it does not. Idempotent: on a
 # machine that has everything it only checks, in well under a second.
 #
-#   go              the toolchain (not installed here: CI machines come with it)
+#   go              a go command (not installed here: CI machines come with
+#                   one), then the release go.mod's toolchain line names,
+#                   which the go command fetches from the Go module proxy
 #   postgres        a PostgreSQL server binary under /usr/lib/postgresql/*/bin;
 #                   the tests start throwaway clusters of their own, so the
 #                   package's system cluster is never started
@@ -51,10 +53,21 @@ apt_install() {
 
 check_go() {
 	command -v go >/dev/null || {
-		echo "deps: go not found (install Go 1.26)" >&2
+		echo "deps: go not found (install Go 1.26 or later)" >&2
 		exit 1
 	}
-	echo "go: $(go version)"
+	# A Go whose default is GOTOOLCHAIN=local (its go.env) ignores go.mod's
+	# toolchain line: name the release, as the Makefile does, and the go
+	# command fetches it. An explicit GOTOOLCHAIN must not run an older Go.
+	local want have
+	want=$(awk '$1 == "toolchain" {print $2}' go.mod)
+	export GOTOOLCHAIN=${GOTOOLCHAIN:-$want}
+	have=$(go env GOVERSION)
+	if [[ $(printf '%s\n' "$want" "$have" | sort -V | head -n 1) != "$want" ]]; then
+		echo "deps: GOTOOLCHAIN=$GOTOOLCHAIN runs $have, older than go.mod's toolchain $want: unset it or set it to $want" >&2
+		exit 1
+	fi
+	echo "go: $(go version) (GOTOOLCHAIN=$GOTOOLCHAIN)"
 }
 
 check_make() {
