@@ -340,7 +340,7 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 		return
 	}
 	if headerCount > int64(r.remain/2) { // billing patch: 2 bytes a header at least
-		err = fmt.Errorf("record at offset %d has %d headers in %d bytes", offset, headerCount, r.remain)
+		err = errShortRead // as for a record cut by the fetch size
 		return
 	}
 	if headerCount > 0 {

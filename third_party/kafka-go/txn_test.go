@@ -96,6 +96,12 @@ func readAll(t *testing.T, readCommitted bool, aborted []abortedTransaction, fro
 	for _, b := range batches {
 		raw = append(raw, b.encode()...)
 	}
+	return readRaw(t, readCommitted, aborted, from, raw)
+}
+
+// readRaw is readAll of record batches as bytes.
+func readRaw(t *testing.T, readCommitted bool, aborted []abortedTransaction, from int64, raw []byte) ([]string, int64) {
+	t.Helper()
 	msgs, err := newMessageSetReaderTxn(bufio.NewReader(bytes.NewReader(raw)), len(raw), newTxnFilter(readCommitted, aborted))
 	if err != nil {
 		t.Fatal(err)
@@ -469,4 +475,18 @@ func FuzzBillingPatchRead(f *testing.F) {
 		}
 		batch.Close()
 	})
+}
+
+// A fetch cut by its size inside a record's headers ends the Batch as any
+// cut record does (io.EOF, the next fetch starting at that record): the
+// header count is bounded by the bytes left, and a count they cannot hold
+// is a cut, not an error that closes the connection.
+func TestBillingPatchRecordCutInHeaders(t *testing.T) {
+	cut := data(1, -1, "p2").encode()
+	cut[len(cut)-1] = 2 // the record's header count: varint 1, its header not in the fetch
+	raw := append(data(0, -1, "p1").encode(), cut...)
+	got, next := readRaw(t, true, nil, 0, raw)
+	if !slices.Equal(got, []string{"p1"}) || next != 1 {
+		t.Errorf("read %q, next offset %d; want [p1], 1", got, next)
+	}
 }
