@@ -165,6 +165,9 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 		if err = r.readHeader(); err != nil {
 			return
 		}
+		if err = r.checkCount(); err != nil { // billing patch
+			return
+		}
 		offset = r.header.firstOffset
 		timestamp = r.header.v1.timestamp
 		var codec CompressionCodec
@@ -267,6 +270,9 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readBytesFunc) (
 	offset int64, lastOffset int64, timestamp int64, headers []Header, err error) {
 	if err = r.readHeader(); err != nil {
+		return
+	}
+	if err = r.checkCount(); err != nil { // billing patch
 		return
 	}
 	if r.count == int(r.header.v2.count) { // first time reading this set, so check for compression headers.

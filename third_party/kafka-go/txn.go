@@ -101,6 +101,17 @@ func (h messagesHeader) checkV2() error {
 	return nil
 }
 
+// checkCount is called where a record is read next: a header read there that
+// counts none (a v2 batch inside a v1 message set, or bytes after a
+// compressed batch's last record read as a header) is an error, where
+// markRead would panic.
+func (r *messageSetReader) checkCount() error {
+	if r.count <= 0 {
+		return fmt.Errorf("no record to read at offset %d: its header counts %d", r.header.firstOffset, r.count)
+	}
+	return nil
+}
+
 // readVisibleHeader replaces readMessage's readHeader: it reads the next
 // header when the current batch is spent, then skips the batches hidden from
 // the application. An empty batch whose header newMessageSetReader read is
