@@ -27,7 +27,7 @@ FUZZTIME_KAFKA ?= 100000x
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
 deps: ## install what the tests need (Postgres server, PgBouncer, JDK, Maven, Kafka broker jars) if missing
@@ -41,21 +41,43 @@ build: ## build the static binary bin/billing
 image: ## build the container image $(IMAGE):$(VERSION), version and revision stamped (needs Docker)
 	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE):$(VERSION) .
 
-.PHONY: test
+.PHONY: test test-service test-e2e test-deploy test-bench test-kafka-go
+# The repository holds four modules: the service's (the root: what the
+# binary and its unit tests need), and the end-to-end suite (e2e/), the
+# manifests' and rules' checks (deploy/) and the benchmark driver (bench/),
+# each with its own go.mod, so that the service's module does not carry
+# Prometheus, Kubernetes or compose as dependencies. They run side by side
+# (make -j), each test module's output kept together (-O).
+#
 # third_party/kafka-go is kafka-go as published plus a small patch
 # (third_party/kafka-go/PATCHES.md): it is kept byte for byte as upstream wrote
 # it, some of it not gofmt-clean, so that the patch stays a readable diff. It
-# is its own module, so ./... leaves it out; only the patch's tests run here
-# (kafka-go's own suite needs its docker brokers).
+# is its own module too; only the patch's tests run here (kafka-go's own suite
+# needs its docker brokers).
 GOFILES = $$(git ls-files '*.go' ':!third_party/')
+MODULES = . e2e deploy bench
 
-test: deps ## vet, gofmt, all tests with -race (real Postgres, in-process and real Kafka), short fuzz
+test: deps ## vet, gofmt, all tests with -race (real Postgres, in-process and real Kafka, real Prometheus), short fuzz
 	@test -z "$$(gofmt -l $(GOFILES))" || { echo "gofmt needed:"; gofmt -l $(GOFILES); exit 1; }
-	$(GO) vet ./...
-	cd third_party/kafka-go && $(GO) vet . && $(GO) test -race -count=1 -run 'BillingPatch' ./ && \
-		$(GO) test -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzztime=$(FUZZTIME_KAFKA) -fuzzminimizetime=100x ./
+	@for m in $(MODULES); do echo "go vet ($$m)"; $(GO) -C $$m vet ./... || exit 1; done
+	$(MAKE) --no-print-directory -j4 -Otarget test-service test-e2e test-deploy test-bench test-kafka-go
+
+test-service: ## the service's module: every package's tests with -race, then a short fuzz of the decoder
 	BILLING_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./core/order
+
+test-e2e: ## the built binary against a real Kafka broker, Postgres and Prometheus
+	BILLING_E2E=1 $(GO) -C e2e test -race -count=1 -timeout 30m ./...
+
+test-deploy: ## the manifests, rules (promtool), dashboard and image checks
+	BILLING_E2E=1 $(GO) -C deploy test -race -count=1 -timeout 30m ./...
+
+test-bench: ## the benchmark driver's own tests (its pgbench scripts against Postgres)
+	BILLING_E2E=1 $(GO) -C bench test -race -count=1 -timeout 30m ./...
+
+test-kafka-go: ## the patched kafka-go's tests and a short fuzz of its read path
+	cd third_party/kafka-go && $(GO) vet . && $(GO) test -race -count=1 -run 'BillingPatch' ./ && \
+		$(GO) test -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzztime=$(FUZZTIME_KAFKA) -fuzzminimizetime=100x ./
 
 .PHONY: vulncheck
 # govulncheck against one snapshot of the Go vulnerability database, VULNDB: the
@@ -77,26 +99,27 @@ demo: ## run the service in-process against sample events and print what happene
 	$(GO) run -tags demo ./cmd/billing demo
 
 # `make bench` flags, e.g. BENCHFLAGS="-reps 5 -inflight 1,16,64"
-# (go run ./bench/cmd/billbench -h lists them).
+# (go -C bench run ./cmd/billbench -h lists them). The driver is the bench
+# module's; it measures bin/billing, built in the service's module.
 BENCHFLAGS ?=
+BILLBENCH = $(GO) -C bench run ./cmd/billbench -root $(CURDIR) -bin $(CURDIR)/$(BIN)
 
 .PHONY: bench
 bench: deps build ## throughput report: bin/billing vs pgbench on real Postgres and Kafka (~10 min), in bench/out/report.md
-	$(GO) run ./bench/cmd/billbench -bin $(BIN) -out bench/out/report.md $(BENCHFLAGS)
+	$(BILLBENCH) -out $(CURDIR)/bench/out/report.md $(BENCHFLAGS)
 
 .PHONY: bench-memory
 bench-memory: deps build ## only the memory lines of `make bench`: peak RSS at in-flight 64 with ~900 KB events of empty headers, and of a padded value (~1 min), in bench/out/memory.md
-	$(GO) run ./bench/cmd/billbench -bin $(BIN) -flood-only -out bench/out/memory.md $(BENCHFLAGS)
+	$(BILLBENCH) -flood-only -out $(CURDIR)/bench/out/memory.md $(BENCHFLAGS)
 
 .PHONY: lint
 # golangci-lint runs outside `make test` (CI runs it without failing on it):
 # see .golangci.yaml for what it checks; `make lint` lists what it still
 # reports on the tree.
 GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
-lint: ## go vet and golangci-lint (.golangci.yaml: staticcheck and the linters that earn their place)
-	$(GO) vet ./...
+lint: ## go vet and golangci-lint (.golangci.yaml: staticcheck and the linters that earn their place), every module
 	$(GO) vet -tags demo ./cmd/billing
-	$(GOLANGCI_LINT) run ./...
+	@for m in $(MODULES); do echo "lint ($$m)"; $(GO) -C $$m vet ./... || exit 1; (cd $$m && $(GOLANGCI_LINT) run ./...) || exit 1; done
 
 .PHONY: clean
 clean: ## remove build output

@@ -42,7 +42,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "billing")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/billing")
+	// Built in the service's own module (the repository root), with its
+	// go.sum, as make build and the image build it: not with this test
+	// module's dependency versions.
+	build := exec.Command("go", "build", "-o", binary, "./cmd/billing")
+	build.Dir = ".."
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build billing:", err)

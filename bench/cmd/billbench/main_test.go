@@ -183,7 +183,9 @@ func TestSmoke(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "billing")
-	build := exec.Command("go", "build", "-o", bin, "github.com/acme/billing/cmd/billing")
+	// Built in the service's module (the repository root), as make build does.
+	build := exec.Command("go", "build", "-o", bin, "./cmd/billing")
+	build.Dir = "../../.."
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
