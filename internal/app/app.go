@@ -256,9 +256,6 @@ func (a *App) Handler() http.Handler {
 // no dependency is down. It answers from the state the consumers act on.
 func (a *App) Ready() (bool, string) { return a.pause.Ready() }
 
-// HTTPAddr returns the address the HTTP server listens on.
-func (a *App) HTTPAddr() string { return a.ln.Addr().String() }
-
 // Run serves HTTP at once, waits for Postgres and Kafka (not ready
 // meanwhile), then consumes until ctx ends or a part fails (a consumer, a
 // background service that does not start, the HTTP server); the first
