@@ -269,7 +269,8 @@ func (a *App) Ready() (bool, string) { return a.pause.Ready() }
 //     a pass), the pending completer, the dedup maintenance;
 //  5. stop the probes and the lag loop (until the consumers are done, a
 //     held event may need a probe to resume);
-//  6. close the HTTP server (/metrics and the probes answer until here);
+//  6. close the HTTP server (/metrics, /healthz and /readyz answer until
+//     here);
 //  7. close the pool and the rest of what New built (Close).
 //
 // It returns nil on a clean drain, else the first failure.
