@@ -25,11 +25,6 @@ type OrderConfirmedEvent struct {
 	Currency    string
 }
 
-// Money returns the event's total as Money.
-func (e OrderConfirmedEvent) Money() Money {
-	return Money{Amount: e.TotalAmount, Currency: e.Currency}
-}
-
 // Money is an amount in minor units (cents) of a three-letter currency.
 type Money struct {
 	Amount   int64

@@ -13,7 +13,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -551,12 +550,4 @@ func or(d, def time.Duration) time.Duration {
 		return d
 	}
 	return def
-}
-
-// IsUnreachable reports whether err means no broker could be reached
-// (refused, reset, timed out dialing), as opposed to a broker's answer.
-func IsUnreachable(err error) bool {
-	var ne net.Error
-	var oe *net.OpError
-	return errors.As(err, &oe) || errors.As(err, &ne)
 }

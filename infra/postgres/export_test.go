@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,3 +54,17 @@ func PendingFS(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) ([]string, e
 
 // MigrateLockKey is the advisory lock key migrations take.
 const MigrateLockKey = migrateLockKey
+
+// WithGroups sets how many reserve groups, and as many settle groups, may
+// be at the server at once (defaultGroups by default), so that a test can
+// have one runner per op and see each group it sends.
+func WithGroups(n int) StoreOption { return func(o *storeOptions) { o.groups = n } }
+
+// ProcessedCount returns the number of processed_event rows of group.
+func (s *Store) ProcessedCount(ctx context.Context, group string) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE consumer_group = $1`, group).Scan(&n); err != nil {
+		return 0, translate(ctx, fmt.Errorf("count processed events: %w", err))
+	}
+	return n, nil
+}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/acme/billing/core/startstop"
 	"github.com/acme/billing/internal/metrics"
 )
 
@@ -100,10 +100,7 @@ type DedupMaintainer struct {
 	pool *pgxpool.Pool
 	opts DedupOptions
 	log  *slog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc // nil when not started
-	done   chan struct{}
+	run  startstop.Base
 }
 
 // NewDedupMaintainer returns a maintainer of processed_event using pool; it
@@ -141,37 +138,14 @@ func NewDedupMaintainer(pool *pgxpool.Pool, opts DedupOptions) (*DedupMaintainer
 }
 
 // Start runs a pass now and then one every Interval, in a goroutine, until
-// ctx ends or Stop is called. It fails if the maintainer is running.
-func (m *DedupMaintainer) Start(ctx context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cancel != nil {
-		return errors.New("dedup maintenance: already started")
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	m.cancel, m.done = cancel, done
-	go func() {
-		defer close(done)
-		m.loop(ctx)
-	}()
-	return nil
-}
+// ctx ends or Stop is called. It fails (startstop.ErrRunning) if the
+// maintainer is running.
+func (m *DedupMaintainer) Start(ctx context.Context) error { return m.run.Start(ctx, m.loop) }
 
 // Stop ends the background passes, cancelling one in progress, and waits
 // for the goroutine to return. It does nothing when not started; the
 // maintainer may be started again afterwards.
-func (m *DedupMaintainer) Stop() {
-	m.mu.Lock()
-	cancel, done := m.cancel, m.done
-	m.cancel, m.done = nil, nil
-	m.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (m *DedupMaintainer) Stop() { m.run.Stop() }
 
 func (m *DedupMaintainer) loop(ctx context.Context) {
 	t := time.NewTicker(m.opts.Interval)
@@ -236,8 +210,12 @@ func (m *DedupMaintainer) RunOnce(ctx context.Context) (DedupResult, error) {
 	return res, nil
 }
 
+// pass runs the three jobs of a pass in order, each in transactions of
+// its own on one connection: createAhead, dropExpired, expireDefault. A job
+// that finds another process at work ends the pass as skipped; one that
+// runs out of time ends it with what was done so far. Then it counts the
+// partitions.
 func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
-	var res DedupResult
 	// The server enforces PassTimeout (see session); the client waits a
 	// little longer for it, and cuts the connection only if the server
 	// does not answer.
@@ -247,7 +225,7 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 
 	pconn, err := m.pool.Acquire(ctx)
 	if err != nil {
-		return res, fmt.Errorf("acquire: %w", err)
+		return DedupResult{}, fmt.Errorf("acquire: %w", err)
 	}
 	defer pconn.Release()
 	conn := pconn.Conn()
@@ -259,115 +237,167 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 	// behind the other's pending table locks.
 	var free bool
 	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", dedupLockKey).Scan(&free); err != nil {
-		return res, fmt.Errorf("lock: %w", err)
+		return DedupResult{}, fmt.Errorf("lock: %w", err)
 	}
 	if !free {
-		res.Skipped = true
-		return res, nil
+		return DedupResult{Skipped: true}, nil
 	}
-	sess := session{conn: conn, deadline: deadline, lockTimeout: m.opts.LockTimeout}
-
 	now := m.opts.Now()
-	cutoff := now.Add(-m.opts.Retention)
 	parts, err := listPartitions(ctx, conn)
 	if err != nil {
-		return res, err
+		return DedupResult{}, err
 	}
-	hasDefault := slices.ContainsFunc(parts, func(p partition) bool { return p.isDefault })
-
-	var errs []error
+	p := &dedupPass{
+		sess:   session{conn: conn, deadline: deadline, lockTimeout: m.opts.LockTimeout},
+		now:    now,
+		cutoff: now.Add(-m.opts.Retention),
+		parts:  parts,
+	}
 	// Create first: a day that starts soon matters more than one to drop.
-	today := utcDay(now)
+	for _, job := range []func(context.Context, *dedupPass) jobEnd{m.createAhead, m.dropExpired, m.expireDefault} {
+		switch job(ctx, p) {
+		case jobBusy:
+			p.res.Skipped = true
+			return p.res, p.err() // nil unless earlier steps failed
+		case jobOutOfTime:
+			return p.res, p.err()
+		}
+	}
+
+	if parts, err = listPartitions(ctx, conn); err != nil {
+		p.errs = append(p.errs, err)
+	} else {
+		for _, q := range parts {
+			if !q.isDefault {
+				p.res.Partitions++
+			}
+		}
+		if m.opts.Metrics != nil {
+			m.opts.Metrics.DedupPartitions.Set(float64(p.res.Partitions))
+		}
+	}
+	return p.res, p.err()
+}
+
+// dedupPass is one pass in progress: its connection and limits, the
+// partitions listed at its start, what its jobs did and the errors they
+// met without ending the pass.
+type dedupPass struct {
+	sess   session
+	now    time.Time
+	cutoff time.Time   // rows processed before it are past the retention
+	parts  []partition // as listed at the start of the pass
+	res    DedupResult
+	errs   []error
+}
+
+// jobEnd is how a job of a pass ended.
+type jobEnd int
+
+const (
+	jobDone      jobEnd = iota // go on with the next job; its errors, if any, are in the pass's errs
+	jobBusy                    // another process holds the maintenance lock: the pass is skipped
+	jobOutOfTime               // the pass was cancelled or ran out of time
+)
+
+// failed records err of one step and says whether the pass may go on.
+func (p *dedupPass) failed(ctx context.Context, err error) jobEnd {
+	p.errs = append(p.errs, err)
+	if ctx.Err() != nil || time.Now().After(p.sess.deadline) {
+		return jobOutOfTime
+	}
+	return jobDone
+}
+
+// err is the pass's error so far (passErr).
+func (p *dedupPass) err() error { return passErr(p.sess.deadline, p.errs) }
+
+// createAhead creates the day partitions from yesterday to Ahead days
+// after today that are missing, moving their rows out of DEFAULT.
+func (m *DedupMaintainer) createAhead(ctx context.Context, p *dedupPass) jobEnd {
+	today := utcDay(p.now)
 	for d := today.AddDate(0, 0, -1); !d.After(today.AddDate(0, 0, m.opts.Ahead)); d = d.AddDate(0, 0, 1) {
-		p := dayPartition(d)
-		if !uuidV7Time(p.hi).After(cutoff) {
+		part := dayPartition(d)
+		if !uuidV7Time(part.hi).After(p.cutoff) {
 			continue // a retention under a day: it would be dropped at once
 		}
-		if slices.ContainsFunc(parts, func(q partition) bool { return q.overlaps(p.lo, p.hi) }) {
+		if slices.ContainsFunc(p.parts, func(q partition) bool { return q.overlaps(part.lo, part.hi) }) {
 			continue
 		}
-		moved, created, err := createPartition(ctx, sess, p)
+		moved, created, err := createPartition(ctx, p.sess, part)
 		if errors.Is(err, errMaintenanceBusy) {
-			res.Skipped = true
-			return res, passErr(deadline, errs) // nil unless earlier steps failed
+			return jobBusy
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("create partition %s: %w", p.name, err))
-			if ctx.Err() != nil || time.Now().After(deadline) {
-				return res, passErr(deadline, errs)
+			if end := p.failed(ctx, fmt.Errorf("create partition %s: %w", part.name, err)); end != jobDone {
+				return end
 			}
 			continue
 		}
 		if created {
-			res.Created = append(res.Created, p.name)
-			res.Moved += moved
+			p.res.Created = append(p.res.Created, part.name)
+			p.res.Moved += moved
 		}
 	}
+	return jobDone
+}
 
-	// Drop a day partition only when its upper bound is at or before the
-	// cutoff: every id in it is then older than the retention. The
-	// partition holding the cutoff itself is never dropped.
-	for _, p := range parts {
-		if !p.dayOwned() || uuidV7Time(p.hi).After(cutoff) {
+// dropExpired drops the day partitions past the retention. A day
+// partition goes only when its upper bound is at or before the cutoff:
+// every id in it is then older than the retention. The partition holding
+// the cutoff itself is never dropped, nor one holding a row processed
+// within the retention (Kept).
+func (m *DedupMaintainer) dropExpired(ctx context.Context, p *dedupPass) jobEnd {
+	for _, part := range p.parts {
+		if !part.dayOwned() || uuidV7Time(part.hi).After(p.cutoff) {
 			continue
 		}
-		dropped, rows, err := dropPartition(ctx, sess, p, cutoff)
+		dropped, rows, err := dropPartition(ctx, p.sess, part, p.cutoff)
 		if errors.Is(err, errMaintenanceBusy) {
-			res.Skipped = true
-			return res, passErr(deadline, errs) // nil unless earlier steps failed
+			return jobBusy
 		}
 		if errors.Is(err, errPartitionGone) {
 			continue // another process dropped it since the list
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("drop partition %s: %w", p.name, err))
-			if ctx.Err() != nil || time.Now().After(deadline) {
-				return res, passErr(deadline, errs)
+			if end := p.failed(ctx, fmt.Errorf("drop partition %s: %w", part.name, err)); end != jobDone {
+				return end
 			}
 			continue
 		}
 		if !dropped {
-			res.Kept = append(res.Kept, p.name)
+			p.res.Kept = append(p.res.Kept, part.name)
 			continue
 		}
-		res.Dropped = append(res.Dropped, p.name)
-		res.RowsDropped += rows
+		p.res.Dropped = append(p.res.Dropped, part.name)
+		p.res.RowsDropped += rows
 		m.addDeleted(rows)
 	}
+	return jobDone
+}
 
-	// Ids outside every day partition expire by processed_at.
-	if hasDefault {
-		for {
-			n, err := deleteExpiredBatch(ctx, sess, cutoff, m.opts.BatchSize)
-			res.RowsDeleted += n
-			m.addDeleted(n)
-			if errors.Is(err, errMaintenanceBusy) {
-				res.Skipped = true
-				return res, passErr(deadline, errs)
-			}
-			if err != nil {
-				errs = append(errs, err)
-				break
-			}
-			if n < int64(m.opts.BatchSize) {
-				break
-			}
+// expireDefault deletes, in batches, the rows of the DEFAULT partition
+// processed before the cutoff: ids outside every day partition expire by
+// processed_at. An error ends this job, not the pass.
+func (m *DedupMaintainer) expireDefault(ctx context.Context, p *dedupPass) jobEnd {
+	if !slices.ContainsFunc(p.parts, func(q partition) bool { return q.isDefault }) {
+		return jobDone
+	}
+	for {
+		n, err := deleteExpiredBatch(ctx, p.sess, p.cutoff, m.opts.BatchSize)
+		p.res.RowsDeleted += n
+		m.addDeleted(n)
+		if errors.Is(err, errMaintenanceBusy) {
+			return jobBusy
+		}
+		if err != nil {
+			p.errs = append(p.errs, err)
+			return jobDone
+		}
+		if n < int64(m.opts.BatchSize) {
+			return jobDone
 		}
 	}
-
-	if parts, err = listPartitions(ctx, conn); err != nil {
-		errs = append(errs, err)
-	} else {
-		for _, p := range parts {
-			if !p.isDefault {
-				res.Partitions++
-			}
-		}
-		if m.opts.Metrics != nil {
-			m.opts.Metrics.DedupPartitions.Set(float64(res.Partitions))
-		}
-	}
-	return res, passErr(deadline, errs)
 }
 
 // passErr joins a pass's errors, marking them a timeout (errPassTimeout,

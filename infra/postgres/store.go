@@ -73,10 +73,6 @@ func WithRetryPolicy(p order.RetryPolicy) StoreOption {
 // transition's own statement (CONTRACT.md §9). Off by default.
 func WithEvents(on bool) StoreOption { return func(o *storeOptions) { o.publish = on } }
 
-// WithGroups sets how many reserve groups, and as many settle groups, may
-// be at the server at once (defaultGroups by default).
-func WithGroups(n int) StoreOption { return func(o *storeOptions) { o.groups = n } }
-
 // WithGroupObserver has observe told the size of each group sent, op being
 // "reserve" or "settle" (billing_db_group_events).
 func WithGroupObserver(observe func(op string, events int)) StoreOption {
@@ -513,13 +509,4 @@ func (s *Store) Invoices(ctx context.Context) ([]order.Invoice, error) {
 		return nil, translate(ctx, fmt.Errorf("list invoices: %w", err))
 	}
 	return invs, nil
-}
-
-// ProcessedCount returns the number of processed_event rows of group.
-func (s *Store) ProcessedCount(ctx context.Context, group string) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM processed_event WHERE consumer_group = $1`, group).Scan(&n); err != nil {
-		return 0, translate(ctx, fmt.Errorf("count processed events: %w", err))
-	}
-	return n, nil
 }

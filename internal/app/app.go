@@ -256,105 +256,150 @@ func (a *App) Handler() http.Handler {
 // no dependency is down. It answers from the state the consumers act on.
 func (a *App) Ready() (bool, string) { return a.pause.Ready() }
 
-// HTTPAddr returns the address the HTTP server listens on.
-func (a *App) HTTPAddr() string { return a.ln.Addr().String() }
-
 // Run serves HTTP at once, waits for Postgres and Kafka (not ready
-// meanwhile), then consumes until ctx ends or a part fails, and stops in
-// order: stop fetching → drain within BILLING_SHUTDOWN_TIMEOUT → final
-// commit → stop maintenance → close the HTTP server → close the pool. It
-// returns nil on a clean drain, else the first failure. A failing consumer
-// or maintainer stops the rest.
+// meanwhile), then consumes until ctx ends or a part fails (a consumer, a
+// background service that does not start, the HTTP server); the first
+// failure stops the rest. It stops in this order:
+//
+//  1. stop fetching;
+//  2. drain what is in flight, within BILLING_SHUTDOWN_TIMEOUT;
+//  3. final commit of each consumer (steps 1–3 are consume's);
+//  4. stop the background services, last started first: the outbox relay
+//     (after the final commit, so the events settled during the drain get
+//     a pass), the pending completer, the dedup maintenance;
+//  5. stop the probes and the lag loop (until the consumers are done, a
+//     held event may need a probe to resume);
+//  6. close the HTTP server (/metrics, /healthz and /readyz answer until
+//     here);
+//  7. close the pool and the rest of what New built (Close).
+//
+// It returns nil on a clean drain, else the first failure.
 func (a *App) Run(ctx context.Context) error {
-	defer a.Close()
-	g, gctx := errgroup.WithContext(ctx)
-	started := make(chan struct{})       // the start-up checks passed
-	consumersDone := make(chan struct{}) // every consumer drained and committed
-	maintDone := make(chan struct{})     // maintenance stopped
+	defer a.Close() // 7.
 
-	g.Go(func() error { return a.serveHTTP(ctx, consumersDone, maintDone) })
+	// Start. What outlives the drain runs without ctx's end, until its
+	// stop below.
+	bg := context.WithoutCancel(ctx)
+	served := a.serveHTTP()
+	loopCtx, stopLoops := context.WithCancel(bg)
+	defer stopLoops()
+	var loops sync.WaitGroup // the probes and the lag loop
+	loops.Go(func() {
+		a.pause.Run(loopCtx, kafka.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
+	})
+
+	// Run until ctx ends or a part fails. The consumers' end is the run's
+	// end: it ends the watch of the HTTP server too.
+	runCtx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return served.failed(gctx) })
 	g.Go(func() error {
-		defer close(consumersDone)
+		defer endRun()
 		if err := a.start(gctx); err != nil {
 			if gctx.Err() != nil {
 				return nil // stopped while waiting for a dependency
 			}
 			return err
 		}
-		close(started)
-		return a.consume(gctx)
-	})
-	g.Go(func() error {
-		defer close(maintDone)
-		select {
-		case <-started:
-		case <-consumersDone:
-			return nil
+		if err := a.startBackground(bg); err != nil {
+			return err
 		}
-		// Maintenance outlives the consumers' drain; it stops after their final commit.
-		mctx, stop := context.WithCancel(context.WithoutCancel(gctx))
-		defer stop()
-		if err := a.maint.Start(mctx); err != nil {
-			return fmt.Errorf("dedup maintenance: %w", err)
-		}
-		if err := a.pending.Start(mctx); err != nil {
-			a.maint.Stop()
-			return fmt.Errorf("pending completer: %w", err)
-		}
-		if a.relay != nil {
-			if err := a.relay.Start(mctx); err != nil {
-				a.pending.Stop()
-				a.maint.Stop()
-				return fmt.Errorf("outbox relay: %w", err)
-			}
-		}
-		<-consumersDone
-		if a.relay != nil {
-			a.relay.Stop()
-		}
-		a.pending.Stop()
-		a.maint.Stop()
-		return nil
-	})
-	g.Go(func() error { // probes and lag, until the consumers are done: a held event may need a probe to resume
-		bctx, stop := context.WithCancel(context.WithoutCancel(gctx))
-		defer stop()
-		var bg sync.WaitGroup
-		bg.Go(func() {
-			a.pause.Run(bctx, kafka.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
-		})
-		select {
-		case <-started:
-			bg.Go(func() { a.lagLoop(bctx) })
-		case <-consumersDone:
-		}
-		<-consumersDone
-		stop()
-		bg.Wait()
-		return nil
+		loops.Go(func() { a.lagLoop(loopCtx) })
+		return a.consume(gctx) // 1.–3.
 	})
 	err := g.Wait()
+
+	// Ordered stops, after the consumers' final commit.
+	a.stopBackground() // 4.
+	stopLoops()        // 5.
+	loops.Wait()
+	if herr := a.shutdownHTTP(ctx, served); err == nil { // 6.
+		err = herr
+	}
 	a.log.Info("billing stopped")
 	return err
 }
 
-// serveHTTP serves /metrics, /healthz and /readyz from the start until the
-// consumers and maintenance are done, then shuts the server down.
-func (a *App) serveHTTP(ctx context.Context, consumersDone, maintDone <-chan struct{}) error {
-	served := make(chan error, 1)
-	go func() { served <- a.srv.Serve(a.ln) }()
-	a.log.Info("http server listening", slog.String("http", a.ln.Addr().String()))
-	select {
-	case err := <-served:
-		return fmt.Errorf("http server: %w", err) // never ErrServerClosed: only Shutdown below makes that
-	case <-consumersDone:
+// backgroundService is a loop that runs beside the consumers, started
+// once they may start and stopped after their final commit.
+type backgroundService struct {
+	name string
+	svc  interface {
+		Start(context.Context) error
+		Stop()
 	}
-	<-maintDone
+}
+
+// background lists the background services in start order: the dedup
+// maintenance, the pending completer and, when events are published, the
+// outbox relay. They stop in the reverse order.
+func (a *App) background() []backgroundService {
+	bs := []backgroundService{{"dedup maintenance", a.maint}, {"pending completer", a.pending}}
+	if a.relay != nil {
+		bs = append(bs, backgroundService{"outbox relay", a.relay})
+	}
+	return bs
+}
+
+// startBackground starts the background services under ctx; the first
+// that fails to start ends it (stopBackground stops those started).
+func (a *App) startBackground(ctx context.Context) error {
+	for _, b := range a.background() {
+		if err := b.svc.Start(ctx); err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+	}
+	return nil
+}
+
+// stopBackground stops the background services, last started first, each
+// waiting for its pass in progress; a service not started is a no-op.
+func (a *App) stopBackground() {
+	bs := a.background()
+	for i := len(bs) - 1; i >= 0; i-- {
+		bs[i].svc.Stop()
+	}
+}
+
+// serving is the HTTP server's Serve, running in a goroutine of its own
+// until shutdownHTTP.
+type serving struct {
+	done chan struct{} // closed when Serve returned
+	err  error         // what Serve returned; read after done
+}
+
+// serveHTTP serves /metrics, /healthz and /readyz in a goroutine.
+func (a *App) serveHTTP() *serving {
+	s := &serving{done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		s.err = a.srv.Serve(a.ln)
+	}()
+	a.log.Info("http server listening", slog.String("http", a.ln.Addr().String()))
+	return s
+}
+
+// failed returns the HTTP server's failure if it stops serving before ctx
+// ends, nil when ctx ends first.
+func (s *serving) failed(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return fmt.Errorf("http server: %w", s.err) // never ErrServerClosed: only shutdownHTTP makes that
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// shutdownHTTP shuts the HTTP server down, giving the requests in flight
+// a few seconds, waits for Serve to return and returns its failure, if any.
+func (a *App) shutdownHTTP(ctx context.Context, s *serving) error {
 	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = a.srv.Shutdown(shCtx)
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http server: %w", err)
+	<-s.done
+	if s.err != nil && !errors.Is(s.err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", s.err)
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package config
 
 import (
 	"flag"
+	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -28,7 +30,7 @@ func TestReadmeConfigurationReference(t *testing.T) {
 		t.Fatalf("README.md lacks the markers %q … %q", beginMarker, endMarker)
 	}
 	got := s[i+len(beginMarker) : j]
-	want := Reference()
+	want := reference()
 	if got == want {
 		return
 	}
@@ -42,10 +44,36 @@ func TestReadmeConfigurationReference(t *testing.T) {
 }
 
 func TestReferenceListsEveryVariable(t *testing.T) {
-	ref := Reference()
+	ref := reference()
 	for _, n := range Names() {
 		if !strings.Contains(ref, "`"+n+"`") {
 			t.Errorf("reference lacks %s", n)
 		}
 	}
+}
+
+// reference renders the configuration reference table of README.md from
+// the struct tags, so the documentation cannot drift from the code.
+func reference() string {
+	var b strings.Builder
+	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
+	t := reflect.TypeOf(Config{})
+	for i := range t.NumField() {
+		f := t.Field(i)
+		key := f.Tag.Get("envconfig")
+		if key == "" {
+			continue
+		}
+		def := f.Tag.Get("default")
+		switch {
+		case f.Tag.Get("required") == "true":
+			def = "required"
+		case def == "":
+			def = "—"
+		default:
+			def = "`" + def + "`"
+		}
+		fmt.Fprintf(&b, "| `%s_%s` | %s | %s |\n", Prefix, key, def, f.Tag.Get("desc"))
+	}
+	return b.String()
 }

@@ -109,16 +109,6 @@ func WithIdleConns(n int) Option {
 	return func(o *options) { o.idle = n }
 }
 
-// WithHTTPClient makes the Client send through hc instead of a client of its
-// own (WithIdleConns and WithTLSConfig then have no effect, and the bound
-// on reply headers is hc's transport's MaxResponseHeaderBytes: set it to
-// MaxReplyHeaderBytes). The Client uses a copy of hc that does not follow
-// redirects: a redirected POST may become a GET, and a charge must never be
-// re-sent anywhere but the configured endpoint.
-func WithHTTPClient(hc *http.Client) Option {
-	return func(o *options) { o.hc = hc }
-}
-
 // WithTLSConfig makes the Client's own transport use a clone of cfg, for
 // example to trust a gateway's private CA (RootCAs); without it, the
 // system's roots.
@@ -140,12 +130,6 @@ func WithMetrics(requests *prometheus.CounterVec, duration prometheus.Histogram)
 // errors it returns, which its caller handles.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.log = l }
-}
-
-// WithBreaker sets the circuit breaker's thresholds; zero fields keep their
-// defaults.
-func WithBreaker(s BreakerSettings) Option {
-	return func(o *options) { o.breaker = s }
 }
 
 // NewClient returns a Client that posts charges to baseURL + "/charges",
@@ -238,10 +222,6 @@ func chargesURL(base string) (endpoint, redacted string, user *url.Userinfo, err
 	u.User = nil
 	return endpoint, u.String(), user, nil
 }
-
-// Healthy reports whether the breaker lets calls through (it is closed, or
-// half-open and probing). False means the gateway is treated as down.
-func (c *Client) Healthy() bool { return c.breaker.State() != gobreaker.StateOpen }
 
 // CloseIdleConnections closes the idle connections of the Client's transport.
 func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
