@@ -544,7 +544,7 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafka.Consumer, func(), erro
 	for i := range cfg.RetryDelays {
 		routes.RetryTopics = append(routes.RetryTopics, cfg.RetryTopic(i+1))
 	}
-	router := kafka.NewRouter(writer, routes, a.Metrics, a.pause, a.log)
+	router := kafka.NewRouter(kafka.NewClientWriter(writer), routes, a.Metrics, a.pause, a.log)
 	handler := kafka.NewOrderConfirmedHandler(a.billing, cfg.DefaultCurrency, kafka.WithTracerProvider(a.tune.Tracer))
 
 	var (

@@ -282,7 +282,7 @@ func tooLarge(err error) bool {
 // only dead-letter it again. The error is the cluster's failing to say
 // which partitions a topic has: no record's fault.
 func (rp *replayer) original(ctx context.Context, msg kafkago.Message) (kafkago.Message, bool, error) {
-	if _, omitted := kafka.Header(msg, kafka.HeaderValueOmitted); !omitted {
+	if _, omitted := header(msg, kafka.HeaderValueOmitted); !omitted {
 		return Original(msg, rp.topic), true, nil
 	}
 	skip := func(err error) {
@@ -336,9 +336,9 @@ const maxQuoted = 64
 // read), the partition and the offset non-negative integers, written as
 // the service writes them.
 func (rp *replayer) originOf(msg kafkago.Message) (origin, error) {
-	t, _ := kafka.Header(msg, kafka.HeaderOriginalTopic)
-	ps, _ := kafka.Header(msg, kafka.HeaderOriginalPartition)
-	offs, _ := kafka.Header(msg, kafka.HeaderOriginalOffset)
+	t, _ := header(msg, kafka.HeaderOriginalTopic)
+	ps, _ := header(msg, kafka.HeaderOriginalPartition)
+	offs, _ := header(msg, kafka.HeaderOriginalOffset)
 	if !rp.origins[t] {
 		return origin{}, fmt.Errorf("x-original-topic %.*q is not the main topic or a configured retry tier", maxQuoted, t)
 	}
@@ -415,12 +415,23 @@ func keep(msg kafkago.Message, since time.Time) bool {
 	if since.IsZero() {
 		return true
 	}
-	v, ok := kafka.Header(msg, kafka.HeaderFailedAt)
+	v, ok := header(msg, kafka.HeaderFailedAt)
 	if !ok {
 		return false
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	return err == nil && !t.Before(since)
+}
+
+// header returns the value of msg's last header named key, as the consumer
+// reads a record's headers (kafka.Record.Header).
+func header(msg kafkago.Message, key string) (string, bool) {
+	for i := len(msg.Headers) - 1; i >= 0; i-- {
+		if msg.Headers[i].Key == key {
+			return string(msg.Headers[i].Value), true
+		}
+	}
+	return "", false
 }
 
 // Original rebuilds the record as first published, addressed to topic.

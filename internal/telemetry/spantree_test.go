@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -68,8 +67,8 @@ func TestSpanTreeOfOneRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := kafkago.Message{Topic: "orders", Partition: 1, Offset: 42, Key: []byte(evt.OrderID), Value: value,
-		Headers: []kafkago.Header{{Key: "traceparent", Value: []byte("00-" + headerTraceID + "-" + headerSpanID + "-01")}}}
+	msg := kafkain.Record{Topic: "orders", Partition: 1, Offset: 42, Key: []byte(evt.OrderID), Value: value,
+		Headers: []kafkain.Header{{Key: "traceparent", Value: []byte("00-" + headerTraceID + "-" + headerSpanID + "-01")}}}
 	outcome, err := h.Handle(ctx, msg)
 	if err != nil || outcome != order.OutcomeCharged {
 		t.Fatalf("Handle = %q, %v; want charged", outcome, err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"unsafe"
-
-	kafkago "github.com/segmentio/kafka-go"
 )
 
 // byteBudget bounds the bytes of the records a consumer holds between fetch
@@ -54,13 +52,14 @@ func (b *byteBudget) release(n int64) {
 }
 
 // recordBytes is what a fetched record holds in memory, near enough: its
-// key and value, and per header kafka-go's Header struct (a string and a
-// slice header) plus the allocations of a non-empty key and value. Counted
-// by their bytes on the wire, headers are nearly free (an empty one is two
-// bytes), while in memory each is a struct of 40 bytes: 900 KB of empty
-// headers held 18 MB, and 160 such records took the process past its
-// memory limit while the budget saw 140 MB.
-func recordBytes(m kafkago.Message) int64 {
+// key and value, and per header a Header struct (a string and a slice
+// header; the record shares kafka-go's array of them, see recordOf) plus
+// the allocations of a non-empty key and value. Counted by their bytes on
+// the wire, headers are nearly free (an empty one is two bytes), while in
+// memory each is a struct of 40 bytes: 900 KB of empty headers held 18 MB,
+// and 160 such records took the process past its memory limit while the
+// budget saw 140 MB.
+func recordBytes(m Record) int64 {
 	n := int64(len(m.Key)+len(m.Value)) + int64(len(m.Headers))*headerStructBytes
 	for _, h := range m.Headers {
 		n += allocBytes(len(h.Key)) + allocBytes(len(h.Value))
@@ -68,8 +67,8 @@ func recordBytes(m kafkago.Message) int64 {
 	return n
 }
 
-// headerStructBytes is the size of one kafka-go Header.
-const headerStructBytes = int64(unsafe.Sizeof(kafkago.Header{}))
+// headerStructBytes is the size of one Header, and of one kafka-go header.
+const headerStructBytes = int64(unsafe.Sizeof(Header{}))
 
 // allocBytes is what an allocation of n bytes takes on the heap, about:
 // nothing for none, else n rounded up to 16 (Go's small size classes).

@@ -25,7 +25,7 @@ type busyHandler struct {
 	waiting chan struct{} // closed at the first busy answer
 }
 
-func (h *busyHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+func (h *busyHandler) Handle(ctx context.Context, msg Record) (order.Outcome, error) {
 	if string(msg.Value) == "p0-busy" {
 		h.once.Do(func() { close(h.waiting) })
 		return "", &order.AttemptBusyError{OrderID: "p0-busy", Wait: time.Hour}

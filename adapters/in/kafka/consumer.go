@@ -10,15 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
-
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/metrics"
 )
 
 // MessageHandler handles one record and returns its outcome.
 type MessageHandler interface {
-	Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error)
+	Handle(ctx context.Context, msg Record) (order.Outcome, error)
 }
 
 // Options configures a Consumer.
@@ -66,7 +64,7 @@ type Consumer struct {
 // the state of the partition (in the generation that fetched it) that its
 // outcome is reported to.
 type delivery struct {
-	msg     kafkago.Message
+	msg     Record
 	fetched time.Time
 	// stop ends the event's waits that are not work: it is the fetching
 	// context of its generation, which ends at shutdown or when the
@@ -137,7 +135,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			if errors.Is(err, kafkago.ErrGroupClosed) {
+			if errors.Is(err, ErrSourceClosed) {
 				runErr = fmt.Errorf("consumer group: %w", err)
 				break
 			}
@@ -183,7 +181,7 @@ func (c *Consumer) drain(d *dispatcher[delivery], cancelWork context.CancelFunc)
 // does, commits every CommitInterval through gen, and on the way out waits
 // for the generation's events (RevokeTimeout on a rebalance, DrainTimeout on
 // shutdown), makes the final commit through gen and revokes the partitions.
-func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Generation, d *dispatcher[delivery], cancelWork context.CancelFunc) {
+func (c *Consumer) runGeneration(stop, genCtx context.Context, gen Generation, d *dispatcher[delivery], cancelWork context.CancelFunc) {
 	fetchCtx, cancelFetch := context.WithCancel(genCtx)
 	defer cancelFetch()
 	defer context.AfterFunc(stop, cancelFetch)()
@@ -191,23 +189,21 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Gene
 	var parts []*partState
 	var inGen sync.WaitGroup
 	var fetchers sync.WaitGroup
-	for topic, assigned := range gen.Assignments {
-		for _, a := range assigned {
-			ps := newPartState(topic, a.ID, a.Offset)
-			parts = append(parts, ps)
-			r := c.src.OpenPartition(topic, a.ID, a.Offset)
-			fetchers.Add(1)
-			go func() {
-				defer fetchers.Done()
-				c.fetchLoop(fetchCtx, r, ps, &inGen, d)
-				if err := r.Close(); err != nil {
-					c.log.Warn("close partition reader", slog.String("topic", topic), slog.Int("partition", a.ID),
-						slog.String("error", err.Error()))
-				}
-			}()
-		}
+	for _, a := range gen.Assignments() {
+		ps := newPartState(a.Topic, a.Partition, a.Offset)
+		parts = append(parts, ps)
+		r := c.src.OpenPartition(a.Topic, a.Partition, a.Offset)
+		fetchers.Add(1)
+		go func() {
+			defer fetchers.Done()
+			c.fetchLoop(fetchCtx, r, ps, &inGen, d)
+			if err := r.Close(); err != nil {
+				c.log.Warn("close partition reader", slog.String("topic", a.Topic), slog.Int("partition", a.Partition),
+					slog.String("error", err.Error()))
+			}
+		}()
 	}
-	c.log.Info("partitions assigned", slog.Int("generation", int(gen.ID)), slog.Int("partitions", len(parts)))
+	c.log.Info("partitions assigned", slog.Int("generation", int(gen.ID())), slog.Int("partitions", len(parts)))
 
 	t := time.NewTicker(c.opts.CommitInterval)
 	for fetchCtx.Err() == nil {
@@ -224,7 +220,7 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Gene
 		c.drain(d, cancelWork)
 	} else {
 		c.log.Info("generation ended; its partitions' events get the revoke grace before the final commit",
-			slog.Int("generation", int(gen.ID)), slog.Duration("grace", c.opts.RevokeTimeout))
+			slog.Int("generation", int(gen.ID())), slog.Duration("grace", c.opts.RevokeTimeout))
 		idle := make(chan struct{})
 		go func() { inGen.Wait(); close(idle) }()
 		rt := time.NewTimer(c.opts.RevokeTimeout)
@@ -232,7 +228,7 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen *kafkago.Gene
 		case <-idle:
 		case <-rt.C:
 			c.log.Warn("partitions revoked with events in flight; they stay uncommitted here",
-				slog.Int("generation", int(gen.ID)), slog.Int64("in_flight", c.inFlight.Load()))
+				slog.Int("generation", int(gen.ID())), slog.Int64("in_flight", c.inFlight.Load()))
 		}
 		rt.Stop()
 	}
@@ -251,7 +247,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 		if !c.pause.awaitFetch(ctx) {
 			return
 		}
-		msg, err := r.FetchMessage(ctx)
+		msg, err := r.Fetch(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -387,7 +383,7 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 // handle runs the handler; a panic becomes the record's permanent error
 // (dead-lettered with the panic in x-error), logged once with its stack, so
 // one bad record cannot crash every pod that reads it in turn.
-func (c *Consumer) handle(ctx context.Context, msg kafkago.Message, log func() *slog.Logger) (outcome order.Outcome, err error) {
+func (c *Consumer) handle(ctx context.Context, msg Record, log func() *slog.Logger) (outcome order.Outcome, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.m.HandlerPanics.Inc()
@@ -418,10 +414,10 @@ func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 // than the tier's delay from when it was fetched: a later or unreadable value
 // is clamped to that (CONTRACT §5). One delay per tier keeps each tier in
 // time order, so waiting here blocks nothing that could go earlier.
-func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message, fetched time.Time) bool {
+func (c *Consumer) waitNotBefore(stop context.Context, msg Record, fetched time.Time) bool {
 	until, err := c.notBefore(msg, fetched)
 	if err != nil {
-		v, _ := Header(msg, HeaderNotBefore)
+		v, _ := msg.Header(HeaderNotBefore)
 		c.log.Warn("unreadable x-not-before, waiting the tier's delay", slog.Int("partition", msg.Partition),
 			slog.Int64("offset", msg.Offset), HeaderValueAttr("value", v))
 	}
@@ -442,8 +438,8 @@ func (c *Consumer) waitNotBefore(stop context.Context, msg kafkago.Message, fetc
 // notBefore is when a record of this tier fetched at fetched may be
 // handled: its x-not-before clamped to the tier's delay from fetched, that
 // delay when the value is unreadable (the error), fetched when it has none.
-func (c *Consumer) notBefore(msg kafkago.Message, fetched time.Time) (time.Time, error) {
-	v, ok := Header(msg, HeaderNotBefore)
+func (c *Consumer) notBefore(msg Record, fetched time.Time) (time.Time, error) {
+	v, ok := msg.Header(HeaderNotBefore)
 	if !ok {
 		return fetched, nil
 	}
@@ -463,7 +459,7 @@ func (c *Consumer) notBefore(msg kafkago.Message, fetched time.Time) (time.Time,
 // and tried again next time: the watermark only grows, and a lost commit
 // only means redelivery, which dedup absorbs. The coordinator connection's
 // timeout bounds the call.
-func (c *Consumer) commit(gen *kafkago.Generation, parts []*partState) {
+func (c *Consumer) commit(gen Generation, parts []*partState) {
 	offsets := map[string]map[int]int64{}
 	var moved []*partState
 	var marks []int64
@@ -483,7 +479,7 @@ func (c *Consumer) commit(gen *kafkago.Generation, parts []*partState) {
 	}
 	if err := gen.CommitOffsets(offsets); err != nil {
 		c.m.Commits.WithLabelValues("error").Inc()
-		c.log.Warn("offset commit failed; will retry", slog.Int("generation", int(gen.ID)), slog.String("error", err.Error()))
+		c.log.Warn("offset commit failed; will retry", slog.Int("generation", int(gen.ID())), slog.String("error", err.Error()))
 		return
 	}
 	c.m.Commits.WithLabelValues("ok").Inc()

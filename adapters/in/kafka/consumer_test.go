@@ -29,7 +29,7 @@ type scriptedHandler struct {
 	fn    func(value string, call int) (order.Outcome, error)
 }
 
-func (h *scriptedHandler) Handle(_ context.Context, msg kafkago.Message) (order.Outcome, error) {
+func (h *scriptedHandler) Handle(_ context.Context, msg Record) (order.Outcome, error) {
 	h.mu.Lock()
 	if h.calls == nil {
 		h.calls = map[string]int{}
@@ -49,7 +49,7 @@ func (h *scriptedHandler) count(v string) int {
 // failingWriter refuses every write while failing is set, then passes
 // writes to a real Kafka writer.
 type failingWriter struct {
-	w       Writer
+	w       MessageWriter
 	failing atomic.Bool
 	refused atomic.Int64
 }
@@ -87,14 +87,14 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-// run consumes topic (tier) until stop is called; it returns stop, which
-// waits for Run to return.
-func (r *rig) run(t *testing.T, tier int, topic, group string, h MessageHandler, w Writer) func() {
+// run consumes topic (tier), routing through w, until stop is called; it
+// returns stop, which waits for Run to return.
+func (r *rig) run(t *testing.T, tier int, topic, group string, h MessageHandler, w MessageWriter) func() {
 	t.Helper()
 	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, group, topic))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	pause := NewPause(r.m.ConsumerPaused, log)
-	c := NewConsumer(reader, h, NewRouter(w, r.routes, r.m, pause, log), pause, r.m, log,
+	c := NewConsumer(reader, h, NewRouter(NewClientWriter(w), r.routes, r.m, pause, log), pause, r.m, log,
 		Options{Tier: tier, MaxInFlight: 4,
 			CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second, RevokeTimeout: 500 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,8 +3,6 @@ package kafka
 import (
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
-
 	"github.com/acme/billing/core/order"
 )
 
@@ -12,7 +10,7 @@ import (
 // (billing_event_delay_seconds): its occurred_at, or the record's timestamp
 // when that cannot be read. On a retry tier the record's timestamp is the
 // routing time, so a readable occurred_at keeps the retries' delay in.
-func eventTime(msg kafkago.Message) time.Time {
+func eventTime(msg Record) time.Time {
 	if t, ok := order.OccurredAt(msg.Value); ok {
 		return t
 	}

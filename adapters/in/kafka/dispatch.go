@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"sync"
-
-	kafkago "github.com/segmentio/kafka-go"
 )
 
 // dispatcher runs up to max events at once, at most one per key, in fetch
@@ -51,7 +49,7 @@ func newDispatcher[T any](maxInFlight int, key func(T) string, run func(T)) *dis
 
 // orderingKey is the key whose events must not overtake each other. Records
 // without a key are ordered within their partition.
-func orderingKey(m kafkago.Message) string {
+func orderingKey(m Record) string {
 	if len(m.Key) == 0 {
 		return "\x00partition:" + m.Topic + ":" + strconv.Itoa(m.Partition)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"pgregory.net/rapid"
 )
 
@@ -23,7 +22,7 @@ func TestDispatcherKeyOrder(t *testing.T) {
 		n := rapid.IntRange(1, 60).Draw(t, "events")
 
 		type started struct {
-			msg     kafkago.Message
+			msg     Record
 			release chan struct{}
 		}
 		startedCh := make(chan started)
@@ -33,7 +32,7 @@ func TestDispatcherKeyOrder(t *testing.T) {
 		var violation string
 		lastStarted := map[string]int64{}
 
-		d := newDispatcher(maxInFlight, orderingKey, func(m kafkago.Message) {
+		d := newDispatcher(maxInFlight, orderingKey, func(m Record) {
 			k := string(m.Key)
 			mu.Lock()
 			if running[k] && violation == "" {
@@ -99,7 +98,7 @@ func TestDispatcherKeyOrder(t *testing.T) {
 					t.Fatal("acquire failed")
 				}
 				key := fmt.Sprint(rapid.IntRange(0, nkeys-1).Draw(t, "key"))
-				d.dispatch(kafkago.Message{Partition: 0, Offset: int64(fetched), Key: []byte(key)})
+				d.dispatch(Record{Partition: 0, Offset: int64(fetched), Key: []byte(key)})
 				fetched++
 				queued[key]++
 				if queued[key] == 1 {

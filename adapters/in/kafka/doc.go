@@ -11,4 +11,10 @@
 // below which every event is final, coalesced in time. A partition taken
 // away by a rebalance gets a short grace to commit what finished; nothing
 // that finishes later is committed for it.
+//
+// The package works on its own Record, Header and Generation. kafka-go, the
+// client, is imported by two files only: source.go (the group, the
+// partition readers, and their messages and generations as the package's
+// types) and writer.go (routed records as kafka-go messages, the broker's
+// refusals as ErrRefused). Both share a record's bytes rather than copy them.
 package kafka

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -62,7 +61,7 @@ func NewOrderConfirmedHandler(b Biller, defaultCurrency string, opts ...HandlerO
 // ctx, inside a consumer span whose parent is the record's traceparent (a new
 // trace when it has no valid one) when tracing is on. Each call is one span:
 // a record handled again after an outage gets one per attempt.
-func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg Record) (order.Outcome, error) {
 	// W3C Trace Context, as CONTRACT.md §3 names it: not configurable.
 	ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier(msg.Headers))
 	if h.tracer == nil {
@@ -90,7 +89,7 @@ func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg kafkago.Message)
 }
 
 // handle decodes and bills msg; span, when not nil, gets the event's ids.
-func (h *OrderConfirmedHandler) handle(ctx context.Context, msg kafkago.Message, span trace.Span) (order.Outcome, error) {
+func (h *OrderConfirmedHandler) handle(ctx context.Context, msg Record, span trace.Span) (order.Outcome, error) {
 	evt, err := order.Decode(msg.Value, h.defaultCurrency)
 	if err != nil {
 		return "", err
@@ -110,20 +109,20 @@ func (t RecordTrace) TraceIDString() string { return t.TraceID().String() }
 
 // TraceParent returns the record's W3C trace context, when it has a valid
 // one. The handler's span for the record belongs to the same trace.
-func TraceParent(msg kafkago.Message) (RecordTrace, bool) {
+func TraceParent(msg Record) (RecordTrace, bool) {
 	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), headerCarrier(msg.Headers)))
 	return RecordTrace{sc}, sc.IsValid()
 }
 
 // headerCarrier reads a record's headers for the propagator. Only Get is
 // used on incoming records.
-type headerCarrier []kafkago.Header
+type headerCarrier []Header
 
 var _ propagation.TextMapCarrier = headerCarrier(nil)
 
-// Get returns the value of the last header named key, as Header does.
+// Get returns the value of the last header named key, as Record.Header does.
 func (c headerCarrier) Get(key string) string {
-	v, _ := Header(kafkago.Message{Headers: c}, key)
+	v, _ := headerOf(c, key)
 	return v
 }
 

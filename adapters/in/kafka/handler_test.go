@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -28,24 +27,24 @@ func TestTraceParent(t *testing.T) {
 	valid := "00-" + testTraceID + "-" + testSpanID + "-01"
 	tests := []struct {
 		name    string
-		headers []kafkago.Header
+		headers []kafkain.Header
 		ok      bool
 	}{
-		{"spec example", []kafkago.Header{{Key: "traceparent", Value: []byte(valid)}}, true},
-		{"future version with more fields", []kafkago.Header{{Key: "traceparent", Value: []byte("cc-" + testTraceID + "-" + testSpanID + "-01-more")}}, true},
-		{"last header wins", []kafkago.Header{{Key: "traceparent", Value: []byte("junk")}, {Key: "traceparent", Value: []byte(valid)}}, true},
+		{"spec example", []kafkain.Header{{Key: "traceparent", Value: []byte(valid)}}, true},
+		{"future version with more fields", []kafkain.Header{{Key: "traceparent", Value: []byte("cc-" + testTraceID + "-" + testSpanID + "-01-more")}}, true},
+		{"last header wins", []kafkain.Header{{Key: "traceparent", Value: []byte("junk")}, {Key: "traceparent", Value: []byte(valid)}}, true},
 		{"absent", nil, false},
-		{"other case of the name", []kafkago.Header{{Key: "Traceparent", Value: []byte(valid)}}, false},
-		{"version ff", []kafkago.Header{{Key: "traceparent", Value: []byte("ff" + valid[2:])}}, false},
-		{"upper-case trace id", []kafkago.Header{{Key: "traceparent", Value: []byte("00-" + strings.ToUpper(testTraceID) + "-" + testSpanID + "-01")}}, false},
-		{"zero trace id", []kafkago.Header{{Key: "traceparent", Value: []byte("00-" + strings.Repeat("0", 32) + "-" + testSpanID + "-01")}}, false},
-		{"v00 trailing data", []kafkago.Header{{Key: "traceparent", Value: []byte(valid + "-x")}}, false},
-		{"trailing space", []kafkago.Header{{Key: "traceparent", Value: []byte(valid + " ")}}, false},
+		{"other case of the name", []kafkain.Header{{Key: "Traceparent", Value: []byte(valid)}}, false},
+		{"version ff", []kafkain.Header{{Key: "traceparent", Value: []byte("ff" + valid[2:])}}, false},
+		{"upper-case trace id", []kafkain.Header{{Key: "traceparent", Value: []byte("00-" + strings.ToUpper(testTraceID) + "-" + testSpanID + "-01")}}, false},
+		{"zero trace id", []kafkain.Header{{Key: "traceparent", Value: []byte("00-" + strings.Repeat("0", 32) + "-" + testSpanID + "-01")}}, false},
+		{"v00 trailing data", []kafkain.Header{{Key: "traceparent", Value: []byte(valid + "-x")}}, false},
+		{"trailing space", []kafkain.Header{{Key: "traceparent", Value: []byte(valid + " ")}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tp, ok := kafkain.TraceParent(kafkago.Message{Headers: tt.headers})
+			tp, ok := kafkain.TraceParent(kafkain.Record{Headers: tt.headers})
 			if ok != tt.ok {
 				t.Fatalf("TraceParent ok = %v, want %v", ok, tt.ok)
 			}
@@ -74,7 +73,7 @@ func TestHandleSpanOfAFailure(t *testing.T) {
 		inside = trace.SpanContextFromContext(ctx)
 		return "", &order.TransientError{Op: "test", Err: errors.New("gateway timeout")}
 	}), "USD", kafkain.WithTracerProvider(tp))
-	msg := kafkago.Message{Topic: "orders", Partition: 2, Offset: 7, Value: validEvent(t)}
+	msg := kafkain.Record{Topic: "orders", Partition: 2, Offset: 7, Value: validEvent(t)}
 	if _, err := h.Handle(context.Background(), msg); err == nil {
 		t.Fatal("Handle: nil error, want the biller's")
 	}
@@ -117,8 +116,8 @@ func TestHandleWithoutTracingCarriesTheRecordsTrace(t *testing.T) {
 		inside = trace.SpanContextFromContext(ctx)
 		return order.OutcomeCharged, nil
 	}), "USD")
-	msg := kafkago.Message{Topic: "orders", Value: validEvent(t),
-		Headers: []kafkago.Header{{Key: "traceparent", Value: []byte("00-" + testTraceID + "-" + testSpanID + "-01")}}}
+	msg := kafkain.Record{Topic: "orders", Value: validEvent(t),
+		Headers: []kafkain.Header{{Key: "traceparent", Value: []byte("00-" + testTraceID + "-" + testSpanID + "-01")}}}
 	if _, err := h.Handle(context.Background(), msg); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}

@@ -64,12 +64,12 @@ func TestForgedRoutingHeadersOnMainAreReplaced(t *testing.T) {
 // From a tier, x-original-* and x-value-omitted are ours and are kept.
 func TestTierKeepsOriginalHeaders(t *testing.T) {
 	t.Parallel()
-	msg := kafkago.Message{Topic: "retry.1", Partition: 1, Offset: 5, Headers: []kafkago.Header{
+	msg := Record{Topic: "retry.1", Partition: 1, Offset: 5, Headers: []Header{
 		{Key: HeaderOriginalTopic, Value: []byte("main")}, {Key: HeaderOriginalPartition, Value: []byte("0")},
 		{Key: HeaderOriginalOffset, Value: []byte("42")}, {Key: HeaderValueOmitted, Value: []byte("2000000")},
 		{Key: HeaderAttempt, Value: []byte("1")},
 	}}
-	hs := headerMap(kafkago.Message{Headers: routedHeaders(msg, 1, "g", order.ClassPermanent, errors.New("x"), time.Now())})
+	hs := headerMap(kafkago.Message{Headers: kafkaHeaders(routedHeaders(msg, 1, "g", order.ClassPermanent, errors.New("x"), time.Now()))})
 	if hs[HeaderOriginalTopic] != "main" || hs[HeaderOriginalOffset] != "42" || hs[HeaderValueOmitted] != "2000000" {
 		t.Errorf("tier record's routing headers %v", hs)
 	}
@@ -125,7 +125,7 @@ func TestUnreadableHeaderIsNotLoggedVerbatim(t *testing.T) {
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) { return order.OutcomeCharged, nil }}
 	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, "g.retry.1", "retry.1"))
 	pause := NewPause(r.m.ConsumerPaused, log)
-	c := NewConsumer(reader, h, NewRouter(kafkatest.NewWriter(t, r.brokers, ""), r.routes, r.m, pause, log), pause, r.m, log,
+	c := NewConsumer(reader, h, NewRouter(NewClientWriter(kafkatest.NewWriter(t, r.brokers, "")), r.routes, r.m, pause, log), pause, r.m, log,
 		Options{Tier: 1, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -38,7 +38,7 @@ type depHandler struct {
 	tries map[string]int
 }
 
-func (h *depHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+func (h *depHandler) Handle(ctx context.Context, msg Record) (order.Outcome, error) {
 	v := string(msg.Value)
 	h.mu.Lock()
 	if h.tries == nil {
@@ -115,7 +115,7 @@ func startOutageMember(t *testing.T, brokers []string, group, topic, name string
 	cfg := kafkatest.FastReaderConfig(brokers, group, topic)
 	cfg.GroupBalancers = []kafkago.GroupBalancer{preferBalancer{name}}
 	src := newTestSource(t, cfg)
-	c := NewConsumer(src, h, NewRouter(kafkatest.NewWriter(t, brokers, ""), routes, m, om.pause, log), om.pause, m, log,
+	c := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewWriter(t, brokers, "")), routes, m, om.pause, log), om.pause, m, log,
 		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
 			RevokeTimeout: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())

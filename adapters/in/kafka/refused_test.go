@@ -114,7 +114,7 @@ func (r *refusedRig) consume(t *testing.T) (stop func()) {
 		return "", &order.ValidationError{Field: "value", Reason: "not JSON"}
 	}}
 	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, r.group, r.main))
-	c := NewConsumer(reader, h, NewRouter(w, routes, r.m, pause, log), pause, r.m, log,
+	c := NewConsumer(reader, h, NewRouter(NewClientWriter(w), routes, r.m, pause, log), pause, r.m, log,
 		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 5 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -292,7 +292,7 @@ func TestRecordOverBatchBytesBecomesStub(t *testing.T) {
 // refusingWriter refuses every write to topic as not authorised while
 // refusing is set.
 type refusingWriter struct {
-	w        Writer
+	w        MessageWriter
 	topic    string
 	refusing atomic.Bool
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/metrics"
@@ -18,13 +17,13 @@ import (
 // captureWriter keeps what it is asked to write and acknowledges it.
 type captureWriter struct {
 	mu   sync.Mutex
-	msgs []kafkago.Message
+	msgs []Record
 }
 
-func (w *captureWriter) WriteMessages(_ context.Context, msgs ...kafkago.Message) error {
+func (w *captureWriter) WriteRecords(_ context.Context, recs ...Record) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, msgs...)
+	w.msgs = append(w.msgs, recs...)
 	return nil
 }
 
@@ -40,7 +39,7 @@ func TestRouteHonoursRetryAfter(t *testing.T) {
 	r := NewRouter(w, routes, metrics.New(prometheus.NewRegistry(), false), nil, slog.New(slog.DiscardHandler))
 	cause := &order.TransientError{Op: "charge", Err: errors.New("429 Too Many Requests"), RetryAfter: 2 * time.Minute}
 	before := time.Now()
-	outcome, err := r.Route(context.Background(), kafkago.Message{Topic: "main", Key: []byte("k"), Value: []byte("v")},
+	outcome, err := r.Route(context.Background(), Record{Topic: "main", Key: []byte("k"), Value: []byte("v")},
 		0, routes.Policy.Decide(cause, 0, 0), cause)
 	if err != nil || outcome != order.OutcomeRetried {
 		t.Fatalf("Route = %q, %v; want retried", outcome, err)

@@ -150,7 +150,7 @@ func memberWith(t *testing.T, brokers []string, group, topic, name string, h Mes
 	cfg := kafkatest.FastReaderConfig(brokers, group, topic)
 	cfg.GroupBalancers = []kafkago.GroupBalancer{preferBalancer{name}}
 	src := newTestSource(t, cfg)
-	c := NewConsumer(src, h, NewRouter(kafkatest.NewWriter(t, brokers, ""), routes, m, pause, log), pause, m, log,
+	c := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewWriter(t, brokers, "")), routes, m, pause, log), pause, m, log,
 		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
 			RevokeTimeout: grace})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -180,7 +180,7 @@ type holdingHandler struct {
 	once     sync.Once
 }
 
-func (h *holdingHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+func (h *holdingHandler) Handle(ctx context.Context, msg Record) (order.Outcome, error) {
 	h.seen.Store(string(msg.Value), true)
 	if string(msg.Value) == "p0-hold" {
 		h.once.Do(func() { close(h.started) })
@@ -193,7 +193,7 @@ func (h *holdingHandler) Handle(ctx context.Context, msg kafkago.Message) (order
 // chargeAll charges every record and remembers which it saw.
 type chargeAll struct{ seen sync.Map }
 
-func (h *chargeAll) Handle(_ context.Context, msg kafkago.Message) (order.Outcome, error) {
+func (h *chargeAll) Handle(_ context.Context, msg Record) (order.Outcome, error) {
 	h.seen.Store(string(msg.Value), true)
 	return order.OutcomeCharged, nil
 }

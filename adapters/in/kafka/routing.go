@@ -11,8 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	kafkago "github.com/segmentio/kafka-go"
-
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/metrics"
 )
@@ -41,9 +39,11 @@ var RoutingHeaders = []string{
 // maxErrorHeader bounds x-error (1 KiB).
 const maxErrorHeader = 1024
 
-// Writer writes records; *kafka.Writer with RequireAll is the production one.
+// Writer writes records and returns once they are acknowledged. A write the
+// broker refused for good is an error that is ErrRefused (errors.Is). The
+// production one is a ClientWriter over infra/kafka's writer (RequireAll).
 type Writer interface {
-	WriteMessages(ctx context.Context, msgs ...kafkago.Message) error
+	WriteRecords(ctx context.Context, recs ...Record) error
 }
 
 // Routes names where failed events go, and the policy that says which
@@ -85,17 +85,17 @@ func NewRouter(w Writer, routes Routes, m *metrics.Metrics, pause *Pause, log *s
 // the destination d names (the policy's decision for cause: a retry tier, or
 // else the DLQ) and returns the outcome to count. It returns an error only
 // when ctx ended before a write was acknowledged.
-func (r *Router) Route(ctx context.Context, msg kafkago.Message, tier int, d order.Decision, cause error) (order.Outcome, error) {
+func (r *Router) Route(ctx context.Context, msg Record, tier int, d order.Decision, cause error) (order.Outcome, error) {
 	return r.route(ctx, ctx, msg, tier, d, cause)
 }
 
 // route is Route for an event of a consumer: while the destination refuses
 // even the record's stub, the event is held for that outage, and gives way
 // (an error) when stop ends, as any held event does at a rebalance.
-func (r *Router) route(ctx, stop context.Context, msg kafkago.Message, tier int, d order.Decision, cause error) (order.Outcome, error) {
+func (r *Router) route(ctx, stop context.Context, msg Record, tier int, d order.Decision, cause error) (order.Outcome, error) {
 	now := r.now().UTC()
 	class := d.Class
-	out := kafkago.Message{
+	out := Record{
 		Key:     msg.Key,
 		Value:   msg.Value,
 		Headers: routedHeaders(msg, tier, r.routes.Group, class, cause, now),
@@ -106,13 +106,13 @@ func (r *Router) route(ctx, stop context.Context, msg kafkago.Message, tier int,
 		outcome = order.OutcomeRetried
 		attempt = d.Tier
 		out.Topic = r.routes.RetryTopics[d.Tier-1]
-		out.Headers = append(out.Headers, kafkago.Header{
+		out.Headers = append(out.Headers, Header{
 			Key: HeaderNotBefore, Value: []byte(now.Add(d.Delay).Format(time.RFC3339Nano)),
 		})
 	} else {
 		out.Topic = r.routes.DLQTopic
 	}
-	out.Headers = append(out.Headers, kafkago.Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
+	out.Headers = append(out.Headers, Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
 
 	res, err := r.deliver(ctx, stop, out)
 	if err != nil {
@@ -158,7 +158,7 @@ var errStubRefused = errors.New("routed write refused even without its value")
 // outage, which pauses consumption, and the whole sequence is tried again
 // after the policy's outage wait, until a write is acknowledged; it gives
 // way (an error) when stop ends, and ctx ends the writes themselves.
-func (r *Router) deliver(ctx, stop context.Context, msg kafkago.Message) (routeResult, error) {
+func (r *Router) deliver(ctx, stop context.Context, msg Record) (routeResult, error) {
 	held := holding{p: r.pause}
 	defer held.leave()
 	for attempt := 0; ; attempt++ {
@@ -192,8 +192,8 @@ func (r *Router) deliver(ctx, stop context.Context, msg kafkago.Message) (routeR
 // deliverOnce is one pass of deliver: the record, alone, then its stub. It
 // returns errStubRefused when the stub is refused too, and another error
 // only when ctx ended.
-func (r *Router) deliverOnce(ctx context.Context, msg kafkago.Message) (routeResult, error) {
-	err := r.write(ctx, msg, r.w.WriteMessages)
+func (r *Router) deliverOnce(ctx context.Context, msg Record) (routeResult, error) {
+	err := r.write(ctx, msg, r.w.WriteRecords)
 	if err == nil || !refused(err) {
 		return whole, err
 	}
@@ -208,7 +208,7 @@ func (r *Router) deliverOnce(ctx context.Context, msg kafkago.Message) (routeRes
 	stub := msg
 	stub.Value = []byte{}
 	stub.Headers = append(slices.Clip(msg.Headers),
-		kafkago.Header{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(msg.Value)))})
+		Header{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(msg.Value)))})
 	err = r.write(ctx, stub, r.alone)
 	if err == nil || !refused(err) {
 		return stubbed, err
@@ -217,15 +217,16 @@ func (r *Router) deliverOnce(ctx context.Context, msg kafkago.Message) (routeRes
 	return 0, fmt.Errorf("%w: %w", errStubRefused, err)
 }
 
-// alone writes msg in a batch of its own when the Writer can (infra/kafka's
-// writer can), so that a refusal is about msg and nothing else.
-func (r *Router) alone(ctx context.Context, msgs ...kafkago.Message) error {
+// alone writes msg in a batch of its own when the Writer can (a
+// ClientWriter over infra/kafka's writer can), so that a refusal is about
+// msg and nothing else.
+func (r *Router) alone(ctx context.Context, msgs ...Record) error {
 	if s, ok := r.w.(interface {
-		WriteAlone(ctx context.Context, msg kafkago.Message) error
+		WriteAlone(ctx context.Context, rec Record) error
 	}); ok && len(msgs) == 1 {
 		return s.WriteAlone(ctx, msgs[0])
 	}
-	return r.w.WriteMessages(ctx, msgs...)
+	return r.w.WriteRecords(ctx, msgs...)
 }
 
 // write retries a retriable failure until the write is acknowledged or ctx
@@ -233,7 +234,7 @@ func (r *Router) alone(ctx context.Context, msgs ...kafkago.Message) error {
 // Retried failures are counted as result "error" and spaced by the policy's
 // Write schedule; its WriteOutageAfter in a row mean Kafka is unreachable
 // for writes, which pauses consumption.
-func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(context.Context, ...kafkago.Message) error) error {
+func (r *Router) write(ctx context.Context, msg Record, write func(context.Context, ...Record) error) error {
 	held := holding{p: r.pause} // the Kafka outage this write met, if any
 	defer held.leave()
 	for attempt := 0; ; attempt++ {
@@ -272,51 +273,18 @@ func (r *Router) write(ctx context.Context, msg kafkago.Message, write func(cont
 // write the broker refused for good.
 const ResultRefused = "refused"
 
-// refusedErrors are the broker's answers that a retry of the same record
-// gets again: the record is too large for the topic, it breaks the topic's
-// rules, or this service may not write there. Anything else (leader moving,
-// not enough replicas, network, timeouts) may pass on a later attempt.
-var refusedErrors = []error{
-	kafkago.MessageSizeTooLarge, kafkago.RecordListTooLarge, kafkago.InvalidRecord,
-	kafkago.TopicAuthorizationFailed, kafkago.ClusterAuthorizationFailed, kafkago.InvalidTopic,
-	kafkago.UnsupportedForMessageFormat,
-}
-
-// refused reports whether err is a write error a retry would meet again.
-// kafka.MessageTooLargeError (a record over the writer's BatchBytes, never
-// sent) unwraps to MessageSizeTooLarge; kafka.WriteErrors holds one error
-// per message.
-func refused(err error) bool {
-	var we kafkago.WriteErrors
-	if errors.As(err, &we) {
-		n := 0
-		for _, e := range we {
-			if e != nil {
-				if !refused(e) {
-					return false
-				}
-				n++
-			}
-		}
-		return n > 0
-	}
-	for _, target := range refusedErrors {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
-}
+// refused reports whether err is a write the broker refused for good.
+func refused(err error) bool { return errors.Is(err, ErrRefused) }
 
 // routedHeaders keeps the record's own headers and sets the routing
 // headers anew. x-original-* (and x-value-omitted) are kept from the first
 // failure on, so only on a record read from a tier: on the main topic every
 // routing header was written by someone else and is replaced, never
 // trusted (CONTRACT §5).
-func routedHeaders(msg kafkago.Message, tier int, group string, class order.Class, cause error, now time.Time) []kafkago.Header {
-	var out []kafkago.Header
+func routedHeaders(msg Record, tier int, group string, class order.Class, cause error, now time.Time) []Header {
+	var out []Header
 	orig := map[string][]byte{}
-	var omitted *kafkago.Header
+	var omitted *Header
 	for _, h := range msg.Headers {
 		switch {
 		case tier > 0 && (h.Key == HeaderOriginalTopic || h.Key == HeaderOriginalPartition || h.Key == HeaderOriginalOffset):
@@ -343,13 +311,13 @@ func routedHeaders(msg kafkago.Message, tier int, group string, class order.Clas
 		errClass = "transient"
 	}
 	return append(out,
-		kafkago.Header{Key: HeaderOriginalTopic, Value: orig[HeaderOriginalTopic]},
-		kafkago.Header{Key: HeaderOriginalPartition, Value: orig[HeaderOriginalPartition]},
-		kafkago.Header{Key: HeaderOriginalOffset, Value: orig[HeaderOriginalOffset]},
-		kafkago.Header{Key: HeaderErrorClass, Value: []byte(errClass)},
-		kafkago.Header{Key: HeaderError, Value: []byte(truncateUTF8(oneLine(cause.Error()), maxErrorHeader))},
-		kafkago.Header{Key: HeaderFailedAt, Value: []byte(now.Format(time.RFC3339Nano))},
-		kafkago.Header{Key: HeaderConsumerGroup, Value: []byte(group)},
+		Header{Key: HeaderOriginalTopic, Value: orig[HeaderOriginalTopic]},
+		Header{Key: HeaderOriginalPartition, Value: orig[HeaderOriginalPartition]},
+		Header{Key: HeaderOriginalOffset, Value: orig[HeaderOriginalOffset]},
+		Header{Key: HeaderErrorClass, Value: []byte(errClass)},
+		Header{Key: HeaderError, Value: []byte(truncateUTF8(oneLine(cause.Error()), maxErrorHeader))},
+		Header{Key: HeaderFailedAt, Value: []byte(now.Format(time.RFC3339Nano))},
+		Header{Key: HeaderConsumerGroup, Value: []byte(group)},
 	)
 }
 
@@ -369,12 +337,12 @@ func HeaderValueAttr(key, v string) slog.Attr {
 	return slog.Group(key, slog.String("prefix", strconv.Quote(cut)), slog.Int("bytes", len(v)))
 }
 
-// Header returns the value of the last header named key.
-func Header(msg kafkago.Message, key string) (string, bool) {
-	return headerOf(msg.Headers, key)
+// Header returns the value of the record's last header named key.
+func (r Record) Header(key string) (string, bool) {
+	return headerOf(r.Headers, key)
 }
 
-func headerOf(hs []kafkago.Header, key string) (string, bool) {
+func headerOf(hs []Header, key string) (string, bool) {
 	for i := len(hs) - 1; i >= 0; i-- {
 		if hs[i].Key == key {
 			return string(hs[i].Value), true

@@ -53,7 +53,7 @@ func BenchmarkConsumerPeakRSS(b *testing.B) {
 		src := newTestSource(b, kafkatest.FastReaderConfig(brokers, group, topic))
 		h := decodingHandler{}
 		routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, DLQTopic: topic + ".dlq", Policy: order.NewRetryPolicy(time.Second)}
-		cons := NewConsumer(src, h, NewRouter(kafkatest.NewWriter(b, brokers, ""), routes, m, pause, log), pause, m, log,
+		cons := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewWriter(b, brokers, "")), routes, m, pause, log), pause, m, log,
 			Options{MaxInFlight: 64, CommitInterval: 200 * time.Millisecond, DrainTimeout: 10 * time.Second})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -77,7 +77,7 @@ func BenchmarkConsumerPeakRSS(b *testing.B) {
 // and the consumer holds as much as it is allowed to.
 type decodingHandler struct{}
 
-func (decodingHandler) Handle(ctx context.Context, msg kafkago.Message) (order.Outcome, error) {
+func (decodingHandler) Handle(ctx context.Context, msg Record) (order.Outcome, error) {
 	if _, err := order.Decode(msg.Value, "USD"); err != nil {
 		return "", err
 	}

@@ -28,8 +28,8 @@ type partState struct {
 }
 
 // newPartState starts a partition at the offset the group assigned: its
-// committed offset, or a negative kafka-go sentinel (FirstOffset) when the
-// group never committed it.
+// committed offset, or a negative one (the group's start offset, see
+// Assignment) when the group never committed it.
 func newPartState(topic string, partition int, start int64) *partState {
 	ps := &partState{topic: topic, partition: partition,
 		pending: map[int64]int{}, maxSeen: -1, committed: -1}
