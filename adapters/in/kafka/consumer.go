@@ -80,10 +80,6 @@ type delivery struct {
 
 func deliveryKey(d delivery) string { return orderingKey(d.msg) }
 
-// OrderConfirmedConsumer is the consumer of the main topic; the name is the
-// one the style guide uses. Retry tiers use the same type with a Tier.
-type OrderConfirmedConsumer = Consumer
-
 // NewConsumer returns a consumer of src handling records with h and routing
 // failures through r, retrying as r's policy (Routes.Policy) says.
 func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metrics.Metrics, log *slog.Logger, o Options) *Consumer {
