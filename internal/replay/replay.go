@@ -406,6 +406,12 @@ func readOriginal(ctx context.Context, kc *kafkaclient.Cluster, msg kafkago.Mess
 	if src.Offset != off || !bytes.Equal(src.Key, msg.Key) {
 		return kafkago.Message{}, fmt.Errorf("read %s/%d@%d: found offset %d with another key (retention passed?)", t, part, off, src.Offset)
 	}
+	if len(src.Headers) == 1 && src.Headers[0].Key == kafkago.HeadersDroppedKey {
+		// Its headers were too many to decode (a header flood): a copy
+		// would not be the original.
+		return kafkago.Message{}, fmt.Errorf("read %s/%d@%d: the original carries %s headers, more than the %d the service reads",
+			t, part, off, src.Headers[0].Value, kafkago.MaxRecordHeaders)
+	}
 	return src, nil
 }
 

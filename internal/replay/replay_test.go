@@ -228,3 +228,26 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// A stub whose original carries more headers than the service reads (a
+// header flood: the consumer dead-lettered it as a stub) is skipped: a copy
+// would not be the original.
+func TestReplaySkipsAFloodedOriginal(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.NewFake(t)
+	kafkatest.CreateTopics(t, c.Brokers(), 1, "main", "dlq")
+	flood := kafkago.Message{Key: []byte("k"), Value: []byte("flooded")}
+	for range kafkago.MaxRecordHeaders + 1 {
+		flood.Headers = append(flood.Headers, kafkago.Header{Key: "h"})
+	}
+	write(t, c.Brokers(), "main", flood)
+	write(t, c.Brokers(), "dlq", stubAt("k", "main", "0", "0"))
+	var logs syncbuf.Buffer
+	got, err := replay.Replay(context.Background(), newConn(t, c.Brokers()), "dlq", "main", replay.Options{}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil || got != (replay.Result{Skipped: 1}) {
+		t.Fatalf("Replay = %+v, %v; want the stub skipped", got, err)
+	}
+	if !strings.Contains(logs.String(), "more than the 4096 the service reads") {
+		t.Errorf("log does not say why:\n%s", logs.String())
+	}
+}

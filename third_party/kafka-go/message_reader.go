@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"strconv"
 )
 
 type readBytesFunc func(*bufio.Reader, int, int) (int, error)
@@ -349,6 +350,13 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 		err = errShortRead // as for a record cut by the fetch size
 		return
 	}
+	if headerCount > MaxRecordHeaders { // billing patch: see MaxRecordHeaders
+		if err = r.discardHeaders(headerCount); err != nil {
+			return
+		}
+		headers = []Header{{Key: HeadersDroppedKey, Value: []byte(strconv.FormatInt(headerCount, 10))}}
+		headerCount = 0
+	}
 	if headerCount > 0 {
 		headers = make([]Header, headerCount)
 		for i := range headers {
@@ -397,6 +405,39 @@ func (r *messageSetReader) unwindStack() {
 		}
 		break
 	}
+}
+
+// MaxRecordHeaders bounds the headers decoded for one record (billing
+// patch). Each decoded header costs its Header struct and two allocations
+// whatever its size, so a record of a few hundred kilobytes made of empty
+// headers costs tens of megabytes once decoded, and the reader decodes
+// records ahead of its consumer: a flood of such records exhausts memory
+// before any budget of the application sees them. A record with more
+// headers is returned with one header instead, HeadersDroppedKey, whose
+// value is the count; its other bytes are skipped, never decoded.
+const MaxRecordHeaders = 4096
+
+// HeadersDroppedKey is the key of the one header of a record whose headers
+// were over MaxRecordHeaders (billing patch); its value is their count.
+const HeadersDroppedKey = "kafka-go.billing/headers-dropped"
+
+// discardHeaders skips n record headers without decoding them (billing
+// patch).
+func (r *messageSetReader) discardHeaders(n int64) (err error) {
+	for ; n > 0; n-- {
+		for range 2 { // the key, then the value
+			var size int64
+			if err = r.readVarInt(&size); err != nil {
+				return
+			}
+			if size > 0 {
+				if err = r.discardN(int(size)); err != nil {
+					return
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func (r *messageSetReader) readMessageHeader(header *Header) (err error) {

@@ -490,3 +490,72 @@ func TestBillingPatchRecordCutInHeaders(t *testing.T) {
 		t.Errorf("read %q, next offset %d; want [p1], 1", got, next)
 	}
 }
+
+// headerBatch is one batch of records, record i with values[i] and
+// headers[i] headers of a one-byte key and an empty value (billing patch:
+// MaxRecordHeaders).
+func headerBatch(offset int64, values []string, headers []int) []byte {
+	var recs []byte
+	for i, v := range values {
+		var r []byte
+		r = append(r, 0)        // attributes
+		r = varint(r, 0)        // timestamp delta
+		r = varint(r, int64(i)) // offset delta
+		r = varint(r, -1)       // no key
+		r = varint(r, int64(len(v)))
+		r = append(r, v...)
+		r = varint(r, int64(headers[i]))
+		for range headers[i] {
+			r = varint(r, 1)
+			r = append(r, 'h')
+			r = varint(r, 0)
+		}
+		recs = varint(recs, int64(len(r)))
+		recs = append(recs, r...)
+	}
+	b := data(offset, -1, values...).encode()[:61] // the header of a plain batch of as many records
+	binary.BigEndian.PutUint32(b[8:12], uint32(49+len(recs)))
+	return append(b, recs...)
+}
+
+// TestBillingPatchHeaderFlood: a record with more than MaxRecordHeaders
+// headers comes back with its value and one header, HeadersDroppedKey with
+// the count, its headers skipped undecoded (a flood of empty headers costs
+// the reader no memory); its neighbours keep theirs.
+func TestBillingPatchHeaderFlood(t *testing.T) {
+	const flood = 200_000
+	raw := headerBatch(0, []string{"before", "flooded", "after"}, []int{3, flood, MaxRecordHeaders})
+	var msgs []Message
+	alloc := allocated(func() {
+		r, err := newMessageSetReaderTxn(bufio.NewReader(bytes.NewReader(raw)), len(raw), newTxnFilter(true, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch := &Batch{msgs: r}
+		for {
+			m, err := batch.ReadMessage()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			msgs = append(msgs, m)
+		}
+	})
+	if len(msgs) != 3 {
+		t.Fatalf("read %d records, want 3", len(msgs))
+	}
+	if string(msgs[1].Value) != "flooded" || len(msgs[1].Headers) != 1 || msgs[1].Headers[0].Key != HeadersDroppedKey ||
+		string(msgs[1].Headers[0].Value) != fmt.Sprint(flood) {
+		t.Errorf("flooded record: value %q, headers %d (first %+v); want its value and one %s header of %d",
+			msgs[1].Value, len(msgs[1].Headers), msgs[1].Headers[:min(1, len(msgs[1].Headers))], HeadersDroppedKey, flood)
+	}
+	if len(msgs[0].Headers) != 3 || len(msgs[2].Headers) != MaxRecordHeaders || msgs[2].Headers[0].Key != "h" {
+		t.Errorf("neighbours' headers: %d and %d, want 3 and %d decoded", len(msgs[0].Headers), len(msgs[2].Headers), MaxRecordHeaders)
+	}
+	// Decoded, the flood's headers would take flood × (Header, key) ≈ 8 MB.
+	if limit := uint64(len(raw) + 2<<20); alloc > limit {
+		t.Errorf("allocated %d bytes reading %d, want under %d: the flood's headers were decoded", alloc, len(raw), limit)
+	}
+}

@@ -388,6 +388,11 @@ func (c *Consumer) handle(ctx context.Context, msg Record, log func() *slog.Logg
 				slog.String("error", truncateUTF8(oneLine(err.Error()), 1024)), slog.String("stack", string(debug.Stack())))
 		}
 	}()
+	if msg.HeadersDropped > 0 {
+		return "", &order.PermanentError{Op: "read record", Err: fmt.Errorf(
+			"%d headers, more than the %d the service reads: dead-lettered without its value; the original stays at x-original-*",
+			msg.HeadersDropped, MaxRecordHeaders)}
+	}
 	return c.handler.Handle(ctx, msg)
 }
 

@@ -20,6 +20,11 @@ type Record struct {
 	// Time is the record's timestamp; zero on a record to be written lets
 	// the writer stamp it.
 	Time time.Time
+	// HeadersDropped, when not 0, is how many headers the record carried,
+	// more than the client decodes (a header flood, see source.go): they
+	// were skipped, and Headers is empty. Such a record is not handled: it
+	// goes to the DLQ as a stub that names where the original is.
+	HeadersDropped int64
 }
 
 // Header is one record header. It has the shape of kafka-go's header, so

@@ -113,6 +113,13 @@ func (r *Router) route(ctx, stop context.Context, msg Record, tier int, d order.
 		out.Topic = r.routes.DLQTopic
 	}
 	out.Headers = append(out.Headers, Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
+	if msg.HeadersDropped > 0 {
+		// Its headers were never decoded (a header flood): a copy would not
+		// be the original, so it goes as the stub a refused record becomes,
+		// naming where the original is.
+		out.Value = []byte{}
+		out.Headers = append(out.Headers, Header{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(msg.Value)))})
+	}
 
 	res, err := r.deliver(ctx, stop, out)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"unsafe"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -172,9 +173,23 @@ func (p partitionReader) Close() error { return p.r.Close() }
 // what the message held, no more (recordBytes counts it), and the
 // conversion allocates nothing.
 func recordOf(m kafkago.Message) Record {
-	return Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value,
+	r := Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value,
 		Headers: headersOf(m.Headers), Time: m.Time}
+	if len(m.Headers) == 1 && m.Headers[0].Key == kafkago.HeadersDroppedKey {
+		// The reader decodes at most kafkago.MaxRecordHeaders headers of a
+		// record: a flood of empty headers would otherwise cost tens of
+		// megabytes a record before any budget saw it, with records decoded
+		// ahead of the consumer on every partition.
+		r.Headers = nil
+		r.HeadersDropped, _ = strconv.ParseInt(string(m.Headers[0].Value), 10, 64)
+		r.HeadersDropped = max(r.HeadersDropped, kafkago.MaxRecordHeaders+1)
+	}
+	return r
 }
+
+// MaxRecordHeaders is the most headers a record may carry: a record with
+// more is dead-lettered as a stub (Record.HeadersDropped).
+const MaxRecordHeaders = kafkago.MaxRecordHeaders
 
 // The package's Header and kafka-go's have identical underlying types (this
 // conversion compiles only while they do), and so the same memory layout:
