@@ -13,7 +13,7 @@ import (
 	"github.com/acme/billing/internal/poll"
 )
 
-// TestBrokerRestartMidStream (issue 23 point 2): the real broker stops for
+// TestBrokerRestartMidStream: the real broker stops for
 // 10 s mid-stream, while records are being routed to the retry tiers (the
 // gateway answers 503 to one order in five, twice), and starts again on
 // the same port with the same data. A broker restart is a short outage:

@@ -18,7 +18,7 @@ import (
 	"github.com/acme/billing/internal/poll"
 )
 
-// TestKillBetweenGroupCommitAndCharges (issue 18): billing is SIGKILLed
+// TestKillBetweenGroupCommitAndCharges: billing is SIGKILLed
 // while the reserves of a burst of events have been committed in groups and
 // their charges are at the gateway, unanswered. The gateway then executes
 // them (it does not know the client died), and the restarted process must

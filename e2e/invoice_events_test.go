@@ -21,7 +21,7 @@ import (
 
 const invoiceTopic = "billing.invoice-events.v1" // BILLING_KAFKA_INVOICE_TOPIC's default
 
-// TestInvoiceEventsAsADownstreamServiceSeesThem (issue 26, point 6): the
+// TestInvoiceEventsAsADownstreamServiceSeesThem: the
 // built binary bills a stream in which some orders are refused once (400:
 // rejected, then reopened by their second event and charged), is killed
 // twice with SIGKILL and loses Postgres for a while mid-stream. Read as a

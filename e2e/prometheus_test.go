@@ -53,7 +53,7 @@ const (
 	promNamespace = "billing"
 )
 
-// TestAlertsOnRealPrometheus (issue 24.6): a real Prometheus (Debian's
+// TestAlertsOnRealPrometheus: a real Prometheus (Debian's
 // package, scripts/deps.sh) loads the rules the project ships and scrapes
 // the built binary while the test takes Postgres away and brings it back,
 // then sends a burst of records that can only be dead-lettered. Through

@@ -18,8 +18,7 @@ import (
 	"github.com/acme/billing/internal/syncbuf"
 )
 
-// TestReportPeakRSSLargeRecords is a report, not a check (issue 14 point
-// 10): the built binary at BILLING_MAX_IN_FLIGHT=64 works through a backlog
+// TestReportPeakRSSLargeRecords is a report, not a check: the built binary at BILLING_MAX_IN_FLIGHT=64 works through a backlog
 // of 400 valid events of 1 MB each (padded with an unknown member), and the
 // test logs the process's peak RSS (VmHWM) once the group has caught up. It
 // runs only when asked:

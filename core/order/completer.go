@@ -92,8 +92,8 @@ type CompleterResult struct {
 
 // PendingCompleter resumes invoices left pending (their event dead-lettered
 // after the last tier, or its pod lost) under their recorded key, before the
-// gateway forgets the key (CONTRACT.md §4, DESIGN.md "What production
-// adds"). Several processes may run one each: the claim hands each due
+// gateway forgets the key (CONTRACT.md §4; docs/design.md, "Rejected, held,
+// reopened"). Several processes may run one each: the claim hands each due
 // invoice to one of them per back-off period.
 type PendingCompleter struct {
 	ledger  PendingLedger

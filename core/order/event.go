@@ -44,7 +44,8 @@ type Order struct {
 }
 
 // NewOrderConfirmedEvent builds the event for o with a fresh UUIDv7 EventID
-// (R-KFK-IDEM-1), so that event ids sort by creation time.
+// (the style guide billing follows wants time-ordered event ids), so that
+// event ids sort by creation time.
 func NewOrderConfirmedEvent(o Order) (OrderConfirmedEvent, error) {
 	id, err := uuid.NewV7()
 	if err != nil {

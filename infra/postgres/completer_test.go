@@ -30,7 +30,7 @@ func startStub(t *testing.T) (*gatewaystub.Stub, *payment.Client) {
 	return stub, c
 }
 
-// TestPendingCompleterChargesOnce (issue 15.4): an invoice left pending (its
+// TestPendingCompleterChargesOnce: an invoice left pending (its
 // event dead-lettered after the gateway failed it; nobody replays it) is
 // resumed by the completer under its recorded key; the gateway fails the
 // first attempts too, the back-off spaces them, and the order ends charged

@@ -144,7 +144,7 @@ func wantOneCharge(t *testing.T, stub *gatewaystub.Stub, orderID string) {
 	}
 }
 
-// TestCompleterNeverSendsAStaleKey (issue 22, point 1): the completer
+// TestCompleterNeverSendsAStaleKey: the completer
 // claims invoices A and B and is slow on A; meanwhile the tier retry of B's
 // event gets a 404 (the gateway stores nothing) and B is rejected; then B's
 // order gets a new event (before or after the completer reaches B). The
@@ -234,7 +234,7 @@ func TestCompleterNeverSendsAStaleKey(t *testing.T) {
 	}
 }
 
-// TestTwoPathsNeverSendOneKeyAtOnce (issue 22, point 1, the suspected
+// TestTwoPathsNeverSendOneKeyAtOnce (the suspected
 // race): the tier retry of an order's first event and a main-topic event of
 // the same order both resume its pending invoice under K1. While the first
 // one's request is on its way, the second must not send K1 too: had it got
@@ -308,7 +308,7 @@ func TestTwoPathsNeverSendOneKeyAtOnce(t *testing.T) {
 	wantOneCharge(t, stub, "ord-1")
 }
 
-// TestKeyReusedIsHeld (issue 22, point 2): a 422 (the key was used with
+// TestKeyReusedIsHeld: a 422 (the key was used with
 // another body: money may have moved under it) holds the invoice for a
 // person; no path sends its key again — not the completer, not the next
 // event of the order — even when the gateway has meanwhile forgotten the
@@ -355,7 +355,7 @@ func TestKeyReusedIsHeld(t *testing.T) {
 	}
 }
 
-// TestReplayUndoesARejection (issue 22, point 5): E1 gets a 503 (pending
+// TestReplayUndoesARejection: E1 gets a 503 (pending
 // under K1); a corrected E2 resumes K1 (E1's body) and gets a 400: the
 // invoice is rejected and E2 goes to the DLQ. Replaying E2 must reopen the
 // order under E2 and charge it: same event id, same order it was first
@@ -410,7 +410,7 @@ func TestReplayUndoesARejection(t *testing.T) {
 	}
 }
 
-// TestSettleThatMovedNothingIsNotCharged (issue 22, point 6): when the
+// TestSettleThatMovedNothingIsNotCharged: when the
 // settle of a charge moves nothing (another path settled or reopened the
 // invoice meanwhile), the event is not counted charged.
 func TestSettleThatMovedNothingIsNotCharged(t *testing.T) {

@@ -95,7 +95,7 @@ type DedupResult struct {
 // Start runs passes in the background; RunOnce runs one.
 //
 // A dedup row older than the retention may be gone: a replay beyond it is
-// caught by the invoice guard and counted as duplicate_order (DESIGN.md).
+// caught by the invoice guard and counted as duplicate_order (docs/design.md, "Three lines of defence").
 type DedupMaintainer struct {
 	pool *pgxpool.Pool
 	opts DedupOptions

@@ -76,7 +76,7 @@ func TestInvoiceEventIDMatchesSQL(t *testing.T) {
 	}
 }
 
-// TestTransitionsWriteTheirEvents (issue 26, point 1): every move of an
+// TestTransitionsWriteTheirEvents: every move of an
 // invoice into charged, declined, rejected or held writes one event in its
 // own transaction, on every path; duplicates and pending write nothing; a
 // reopened invoice later charged yields InvoiceRejected, then
@@ -236,7 +236,7 @@ func TestNoEventsWhenPublishingIsOff(t *testing.T) {
 	}
 }
 
-// TestRelaysPublishEachRowOnceInOrder (issue 26, point 3): relays of
+// TestRelaysPublishEachRowOnceInOrder: relays of
 // several pods publish at once, each row by one of them, every event once,
 // and each order's events in the order of its transitions.
 func TestRelaysPublishEachRowOnceInOrder(t *testing.T) {
@@ -302,7 +302,7 @@ func TestRelaysPublishEachRowOnceInOrder(t *testing.T) {
 	}
 }
 
-// TestRepublishedWithTheSameID (issue 26, point 2): a relay that published
+// TestRepublishedWithTheSameID: a relay that published
 // and died before deleting, and a settle lost in a crash and redone,
 // publish the same event ids again, never new ones.
 func TestRepublishedWithTheSameID(t *testing.T) {
@@ -352,7 +352,7 @@ func TestRepublishedWithTheSameID(t *testing.T) {
 	}
 }
 
-// TestOutboxGrowsWhileKafkaRefuses (issue 26, point 3): while the publisher
+// TestOutboxGrowsWhileKafkaRefuses: while the publisher
 // fails, billing goes on, the outbox keeps every event and its stats say
 // so; once it succeeds, everything leaves.
 func TestOutboxGrowsWhileKafkaRefuses(t *testing.T) {

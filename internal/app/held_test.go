@@ -10,7 +10,7 @@ import (
 	"github.com/acme/billing/internal/pgtest"
 )
 
-// TestPendingPastHalfTheKeyTTLIsHeld (issue 22, point 3): an invoice whose
+// TestPendingPastHalfTheKeyTTLIsHeld: an invoice whose
 // key was first sent more than half of BILLING_GATEWAY_KEY_TTL ago is no
 // longer resumed by the service: the gateway may have forgotten a charge
 // made under it, so only a person can tell. The completer holds it instead

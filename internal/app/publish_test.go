@@ -17,7 +17,7 @@ import (
 	"github.com/acme/billing/internal/poll"
 )
 
-// TestInvoiceEventsPublished (issue 26): with BILLING_PUBLISH_EVENTS on,
+// TestInvoiceEventsPublished: with BILLING_PUBLISH_EVENTS on,
 // billing creates the invoice topic with the main topic's partitions and
 // publishes each transition once, keyed by order, in the order of the
 // order's transitions (a rejection, then the charge of the event that

@@ -36,8 +36,7 @@ func gaveWay(log *syncbuf.Buffer) int {
 	return strings.Count(log.String(), "event interrupted by shutdown or a rebalance during an outage")
 }
 
-// A dependency's outage during which the group rebalances (issue 23 point
-// 1): the events one process held for it leave with the old generation,
+// A dependency's outage during which the group rebalances: the events one process held for it leave with the old generation,
 // and every process must still resume once the dependency answers, and
 // bill everything. Postgres fails internally (SQLSTATE XX001 on every
 // invoice insert) while answering pings; the gateway refuses connections.

@@ -102,7 +102,7 @@ func produceSteps(t *testing.T, brokers []string, topic string, steps ...txnStep
 
 // TestTransactionsRealBroker: records of aborted transactions are never
 // read, billed or replayed, and transaction markers never reach the
-// application (CONTRACT §4, issue 14 point 2), on the real broker, whose
+// application (CONTRACT §4), on the real broker, whose
 // transactions are the ones that matter.
 func TestTransactionsRealBroker(t *testing.T) {
 	t.Parallel()

@@ -39,8 +39,8 @@ func TestNewReal(t *testing.T) {
 
 // A broker stopped and restarted keeps its address and its data: the
 // records written before the stop are read after it, and the group's
-// committed offsets are still there (issue 23 point 2 stops the broker of
-// the e2e suite mid-stream this way).
+// committed offsets are still there (the e2e suite's broker-restart test
+// stops its broker mid-stream this way).
 func TestRealRestart(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.NewReal(t)

@@ -37,7 +37,7 @@ func TestByteBudget(t *testing.T) {
 }
 
 // The budget counts what a record holds in memory, not its size on the
-// wire (issue 23 point 3): an empty header is two bytes on the wire and a
+// wire: an empty header is two bytes on the wire and a
 // Go struct in memory, so 900 KB of them held twenty times more than
 // counted. Each record here is built as kafka-go decodes one (a slice of
 // headers, a new string and byte slice per non-empty key and value) and

@@ -1,7 +1,8 @@
 // Package kafka is billing's inbound Kafka adapter: it turns records of the
 // main topic and the retry tiers into calls of the billing service, routes
 // failed records to the next retry tier or the dead-letter topic, and commits
-// offsets only below events whose outcome is final (R-KFK-CONS-2).
+// offsets only below events whose outcome is final (docs/design.md, "The
+// consumer").
 //
 // One Consumer serves one topic (the main topic or one retry tier). It takes
 // the consumer group's generations one at a time (kafka-go's ConsumerGroup),

@@ -22,7 +22,7 @@ type Biller interface {
 const TracerName = "github.com/acme/billing/adapters/in/kafka"
 
 // OrderConfirmedHandler turns one Kafka record into one billing call. The
-// billing service does reserve, charge and settle (DESIGN.md); the handler
+// billing service does reserve, charge and settle (docs/design.md); the handler
 // decodes the raw bytes (a bad record is a *order.ValidationError, sent to
 // the DLQ by the consumer) and records the handling as a consumer span, the
 // child of the record's traceparent, so that the gateway call and the

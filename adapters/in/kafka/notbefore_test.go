@@ -14,7 +14,7 @@ import (
 
 // A tier honours x-not-before only up to its own delay from when it reads
 // the record: a far-future or unreadable value must not hold the record,
-// its slot and its partition's commits (issue 14 point 4, CONTRACT §5).
+// its slot and its partition's commits (CONTRACT §5).
 func TestTierClampsNotBefore(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)

@@ -14,7 +14,7 @@ import (
 
 // A panic while handling one record is that record's permanent error: it
 // goes to the DLQ with the panic in x-error, is counted, and the consumer
-// keeps going and commits past it (issue 14 point 7).
+// keeps going and commits past it.
 func TestHandlerPanicDeadLettersTheRecord(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)

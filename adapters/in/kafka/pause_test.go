@@ -114,7 +114,7 @@ func TestPauseProbes(t *testing.T) {
 }
 
 // An outage with no event held for it any more (the last gave way to a
-// rebalance) must still be able to end (issue 23 point 1): without a probe,
+// rebalance) must still be able to end: without a probe,
 // the next record fetched is let through as its probe event, one at a time,
 // and that event's answer ends it; with a probe, the probe's success ends
 // it.

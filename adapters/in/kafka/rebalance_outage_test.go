@@ -172,7 +172,7 @@ func waitSignal(t *testing.T, what string, ch <-chan struct{}) {
 	}
 }
 
-// rebalanceOutageCase is issue 23 point 1: during an outage of dep, a
+// rebalanceOutageCase: during an outage of dep, a
 // rebalance (a member joining, or one leaving) takes the events a member
 // held for it away with the old generation. When dep answers again, every
 // member must resume and bill everything, whoever held the events that met

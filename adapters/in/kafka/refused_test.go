@@ -309,8 +309,7 @@ func (f *refusingWriter) WriteMessages(ctx context.Context, msgs ...kafkago.Mess
 // When even the stub is refused (the DLQ not authorised), the DLQ is
 // unwritable: a fault of the service, not of the record (CONTRACT §4). The
 // consumer pauses, never commits past the record, and once the DLQ takes
-// writes again the record reaches it and consumption resumes (issue 23
-// point 7).
+// writes again the record reaches it and consumption resumes.
 func TestRefusedStubPauses(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)

@@ -27,7 +27,7 @@ func (w *captureWriter) WriteRecords(_ context.Context, recs ...Record) error {
 	return nil
 }
 
-// A gateway's Retry-After never skips a tier (issue 22): every configured
+// A gateway's Retry-After never skips a tier: every configured
 // tier gets its attempt, so a 429 asking for 2 minutes goes to tier 1, not
 // straight to the tier whose delay covers the hint; tier 1 holds it for its
 // own delay, the longest a tier waits (CONTRACT §5).

@@ -200,7 +200,7 @@ func (h *chargeAll) Handle(_ context.Context, msg Record) (order.Outcome, error)
 
 func (h *chargeAll) saw(v string) bool { _, ok := h.seen.Load(v); return ok }
 
-// revokeCase is issue 14's reproduction: partition 0 moves from consumer A
+// revokeCase: partition 0 moves from consumer A
 // to B while A holds one of its events; B handles the partition and commits
 // further; then A's event finishes. A must not commit partition 0 (its
 // commit would move the group's offset back), the group's committed offset

@@ -24,8 +24,8 @@ import (
 
 // BenchmarkConsumerPeakRSS reports the process's peak RSS (VmHWM) while one
 // consumer at in-flight 64 works through a backlog of 400 records of 1 MB on
-// a real broker (issue 14 point 10: what the consumer holds fetched but not
-// handled must be bounded by bytes). The broker runs in its own process, and
+// a real broker (what the consumer holds fetched but not handled must be
+// bounded by bytes). The broker runs in its own process, and
 // the peak is reset after the backlog is written, so the figure is the
 // consumer's. Run by hand:
 //

@@ -21,7 +21,7 @@ import (
 	"github.com/acme/billing/internal/kafkabroker"
 )
 
-// The memory lines (issue 14 point 10, issue 23 point 3): peak RSS of the
+// The memory lines: peak RSS of the
 // service working through a backlog of large valid events at in-flight 64,
 // once with each event's bytes in headers (hundreds of thousands of empty
 // ones: two bytes each on the wire, a Go struct each in memory) and once
@@ -278,7 +278,7 @@ func floodChecks(runs []floodRun) []check {
 			continue
 		}
 		mib := float64(r.hwm) / (1 << 20)
-		out = append(out, check{mib < targetFloodRSSMiB, "issue 23", fmt.Sprintf(
+		out = append(out, check{mib < targetFloodRSSMiB, "memory", fmt.Sprintf(
 			"peak RSS with %d records of %d empty headers each at in-flight %d: %.1f MiB; target < %d MiB",
 			r.records, r.headers, floodInFlight, mib, targetFloodRSSMiB)})
 	}

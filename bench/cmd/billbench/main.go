@@ -57,7 +57,7 @@ type options struct {
 	pgbenchT   time.Duration
 	broker     string   // auto, real, kfake
 	pgbenchSQL string   // the per-event script, the yardstick
-	groupedSQL string   // the grouped script (issue 18's shape)
+	groupedSQL string   // the grouped script (the grouped store's shape)
 	args       []string // as given, for the report
 	cpuProfile string
 	flood      int  // records of each memory line (0: none)

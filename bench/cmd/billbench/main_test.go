@@ -91,7 +91,7 @@ func TestHistogramQuantile(t *testing.T) {
 
 // TestChecks: the targets are computed from medians (a ceiling ratio from
 // each run's ratio to its own ceiling, the pool comparison from each rep's
-// pair of runs), issue 18's bound replaces issue 5's where both check the
+// pair of runs), grouping's bound replaces concurrency's where both check the
 // same, and a miss says so.
 func TestChecks(t *testing.T) {
 	run := func(rate float64, rssMiB int64) serviceRun { return serviceRun{rate: rate, hwm: rssMiB << 20} }
@@ -119,16 +119,16 @@ func TestChecks(t *testing.T) {
 			// Per rep 4200/4500, 5000/5000, 3800/4500: 93%, 100%, 84%:
 			// median 93%, though its medians (4000 vs 4500) give 88.9%.
 			wide: {pooled(4500, 32), pooled(5000, 32), pooled(4500, 32)},
-			// 59.96%: short of issue 5's target, so it must not read as 60%.
+			// 59.96%: short of the concurrency target, so it must not read as 60%.
 			zero1: {paired(1499, 2500)},
-			// Issue 5's 60% still holds at an in-flight issue 18 names no bound for.
+			// Concurrency's 60% still holds at an in-flight grouping names no bound for.
 			zero16: {paired(3000, 4000)},
 			dup16:  {paired(9000, 4000)}, // no target: not a line
 		},
 		pgbench: map[int][]pgbenchRun{cell{inFlight: 64}.clients(): {{tps: 4000}, {tps: 3000}, {tps: 5000}}},
 	}
 	// Publish lag p99 of the in-flight 64 runs: 300, 1200, 800 ms: median
-	// 800 ms, under issue 26's second.
+	// 800 ms, under the publishing target's second.
 	for i, p99 := range []time.Duration{300 * time.Millisecond, 1200 * time.Millisecond, 800 * time.Millisecond} {
 		r.runs[zero][i].published, r.runs[zero][i].publishP50, r.runs[zero][i].publishP99 = 100, 10*time.Millisecond, p99
 	}
@@ -138,15 +138,15 @@ func TestChecks(t *testing.T) {
 		issue string
 		text  string
 	}{
-		{true, "issues 5, 18", "42.2×"},
-		{false, "issue 18", "in-flight 64 reaches 50.0% of the per-event pgbench ceiling at " + strconv.Itoa(zero.clients()) + " clients (median of 3 runs, each to the ceiling measured just before it: 25–75%"},
-		{true, "issue 18", "an all-duplicate stream at in-flight 64 reaches 310.0% of the per-event pgbench ceiling"},
-		{true, "issue 18", "in-flight 256 reaches 100.0% of the per-event pgbench ceiling at " + strconv.Itoa(zero256.clients()) + " clients (median of 3 runs, each to the ceiling measured just before it: 95–105%"},
-		{false, "issue 5", "in-flight 1 reaches 59.9% of the per-event pgbench ceiling at 1 clients (median of 1 runs"},
-		{true, "issue 5", "in-flight 16 reaches 75.0%"},
-		{true, "issue 26", "at 0 ms, in-flight 64, invoice events are published 800 ms after their transition at p99"},
-		{true, "issue 18", "in-flight 256 on its default pool of 8 connections reaches 93.3% of its events/s on 32 (median of 3 reps, each to the wide-pool run right after it: 84–100%; medians 4000 vs 4500 events/s; the better is the wide pool)"},
-		{false, "issues 5, 18", "120.0 MiB"},
+		{true, "throughput", "42.2×"},
+		{false, "grouping", "in-flight 64 reaches 50.0% of the per-event pgbench ceiling at " + strconv.Itoa(zero.clients()) + " clients (median of 3 runs, each to the ceiling measured just before it: 25–75%"},
+		{true, "grouping", "an all-duplicate stream at in-flight 64 reaches 310.0% of the per-event pgbench ceiling"},
+		{true, "grouping", "in-flight 256 reaches 100.0% of the per-event pgbench ceiling at " + strconv.Itoa(zero256.clients()) + " clients (median of 3 runs, each to the ceiling measured just before it: 95–105%"},
+		{false, "concurrency", "in-flight 1 reaches 59.9% of the per-event pgbench ceiling at 1 clients (median of 1 runs"},
+		{true, "concurrency", "in-flight 16 reaches 75.0%"},
+		{true, "publishing", "at 0 ms, in-flight 64, invoice events are published 800 ms after their transition at p99"},
+		{true, "grouping", "in-flight 256 on its default pool of 8 connections reaches 93.3% of its events/s on 32 (median of 3 reps, each to the wide-pool run right after it: 84–100%; medians 4000 vs 4500 events/s; the better is the wide pool)"},
+		{false, "throughput", "120.0 MiB"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("checks() = %+v, want %d", got, len(want))
@@ -157,7 +157,7 @@ func TestChecks(t *testing.T) {
 		}
 	}
 
-	// A default pool above issue 18's bound misses, however fast.
+	// A default pool above grouping's bound misses, however fast.
 	r.runs[zero256] = []serviceRun{pooled(5000, 64)}
 	r.runs[wide] = []serviceRun{pooled(4000, 32)}
 	for _, ch := range r.checks() {
@@ -212,7 +212,7 @@ func TestSmoke(t *testing.T) {
 	// with as the service reported it; the wide one has no ceiling.
 	dup := fmt.Sprintf("| 0 ms, dup | 2 | %d (", config.DefaultDBMaxConns(2))
 	wide := "| 0 ms, wide pool | 2 | 3 ("
-	for _, want := range []string{row, dup, wide, "| — | — | — | — |", "every outcome `duplicate`", "replace issue 5's where they are the same check", "(issue 5): at 0 ms, in-flight 2 reaches", "(issues 5, 18): highest peak RSS", "(issue 18): at 0 ms, in-flight 2 on its default pool of ", "pgbench ceiling", "grouped ceiling, events/s (G)", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", cell{latency: 0, inFlight: 2}.clients()), "NOT the real broker", "No problem: every measured run"} {
+	for _, want := range []string{row, dup, wide, "| — | — | — | — |", "every outcome `duplicate`", "replace the concurrency targets where they are the same check", "(concurrency): at 0 ms, in-flight 2 reaches", "(throughput): highest peak RSS", "(grouping): at 0 ms, in-flight 2 on its default pool of ", "pgbench ceiling", "grouped ceiling, events/s (G)", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", cell{latency: 0, inFlight: 2}.clients()), "NOT the real broker", "No problem: every measured run"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

@@ -512,7 +512,7 @@ var meanSeries = []string{
 }
 
 // groupSeries is a series of billing_db_group_events, the histogram of
-// events per group statement of the grouped store (issue 18), by op
+// events per group statement of the grouped store, by op
 // (reserve, settle). A binary without it leaves the means at 0.
 func groupSeries(op, part string) string {
 	return `billing_db_group_events_` + part + `{op="` + op + `"}`
