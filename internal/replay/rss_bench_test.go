@@ -18,14 +18,15 @@ import (
 	"github.com/acme/billing/internal/kafkatest"
 )
 
-// Peak RSS of the real binary's `dlq replay`, dry and real, over 300
-// records of 1 MB on the real broker. The figures are logged, not asserted
-// (no timing or size assertions); run with BILLING_E2E=1 and -v.
-func TestReplayPeakRSS(t *testing.T) {
-	if os.Getenv("BILLING_E2E") != "1" || testing.Short() {
-		t.Skip("writes 300 MB to a real broker and builds the binary: BILLING_E2E=1 only")
+// BenchmarkReplayPeakRSS: peak RSS of the real binary's `dlq replay`, dry
+// and real, over 300 records of 1 MB on the real broker, reported as the
+// metrics dry-peak-MiB and peak-MiB (a benchmark, not a check: run it with
+// BILLING_E2E=1 go test -run '^$' -bench ReplayPeakRSS -benchtime 1x ./internal/replay/).
+func BenchmarkReplayPeakRSS(b *testing.B) {
+	if os.Getenv("BILLING_E2E") != "1" {
+		b.Skip("writes 300 MB to a real broker and builds the binary: BILLING_E2E=1 only")
 	}
-	t.Parallel()
+	t := b
 	brokers := kafkatest.SharedReal(t).Brokers()
 	main, dlq := kafkatest.UniqueName(t, "main"), kafkatest.UniqueName(t, "dlq")
 	createTopics(t, brokers, 3, 2<<20, main, dlq)
@@ -66,8 +67,12 @@ func TestReplayPeakRSS(t *testing.T) {
 			t.Fatalf("billing %v: %v\n%s%s", args, err, stdout.String(), stderr.String())
 		}
 		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		t.Logf("billing %s: %q, peak RSS %d MiB, %v", strings.Join(args, " "), strings.TrimSpace(stdout.String()),
-			ru.Maxrss/1024, time.Since(start).Round(time.Millisecond))
+		metric := "peak-MiB"
+		if len(args) == 3 {
+			metric = "dry-peak-MiB"
+		}
+		b.ReportMetric(float64(ru.Maxrss)/1024, metric)
+		t.Logf("billing %s: %q, %v", strings.Join(args, " "), strings.TrimSpace(stdout.String()), time.Since(start).Round(time.Millisecond))
 		if want := fmt.Sprintf("replay%s %d records", map[bool]string{true: "", false: "ed"}[len(args) == 3], records); !strings.Contains(stdout.String(), want) {
 			t.Errorf("output %q, want %q", stdout.String(), want)
 		}
@@ -75,7 +80,7 @@ func TestReplayPeakRSS(t *testing.T) {
 }
 
 // createTopics creates topics with partitions and max.message.bytes.
-func createTopics(t *testing.T, brokers []string, partitions, maxBytes int, topics ...string) {
+func createTopics(t testing.TB, brokers []string, partitions, maxBytes int, topics ...string) {
 	t.Helper()
 	tr := &kafkago.Transport{DialTimeout: 10 * time.Second}
 	defer tr.CloseIdleConnections()
