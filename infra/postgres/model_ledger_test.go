@@ -52,10 +52,13 @@ type lostSettle struct {
 func (l *modelLedger) Reserve(ctx context.Context, inv order.Invoice, group string, terms order.AttemptTerms) (order.Reservation, error) {
 	r, err := l.inner.Reserve(ctx, inv, group, terms)
 	l.m.flushed(err)
+	if err == nil && r.FirstSeen && r.Found && r.Invoice.EventID == inv.EventID && !r.Reopened {
+		l.m.keyHistory(inv.OrderID, inv.EventID) // opened under its first key
+	}
 	if err == nil {
 		switch {
 		case r.Reopened:
-			l.m.count("reserve: reopened")
+			l.m.count("reserve: reopened under " + l.m.keyHistory(inv.OrderID, r.Invoice.EventID))
 		case r.Held:
 			l.m.count("reserve: held (key too old)")
 		case r.Found && r.Invoice.Status == order.StatusPending && r.Attempt == 0:

@@ -29,35 +29,36 @@ import (
 // can send an order's key to the gateway or move its invoice, against the
 // real Store (the fence of CONTRACT.md §4 lives in its statements), the
 // real BillingService and the real PendingCompleter, and a gateway model
-// (model_gateway_test.go) that is as adversarial as CONTRACT.md §6 allows.
+// (model_gateway_test.go) as adversarial as CONTRACT.md §6 allows.
 //
-// The actors, each a rapid action:
+// The actions (rapid draws among them uniformly; each then draws among
+// what can act now):
 //   - NewEvent: a brand-new event of an order, from the main topic;
-//   - TierRetry: a retry tier handles a record routed there;
-//   - Replay: the same event again (a DLQ replay, an offset reset);
-//   - Redeliver: a record left uncommitted (crash, rebalance) is handled by
-//     whoever owns its partition next;
-//   - LookAgain: an event that found another path's attempt in flight
-//     (ClassBusy) calls Bill again, as its consumer does;
+//   - Consumer: a record handled again: routed to a retry tier (the tier
+//     retry), left uncommitted by a crash or a rebalance (the partition's
+//     next owner), or waiting in place because another path holds the
+//     attempt (ClassBusy: it calls Bill again, as its consumer does);
+//   - Replay: an earlier event again (a DLQ replay, an offset reset);
 //   - CompleterPass: PendingCompleter.RunOnce, everything pending due at
-//     once (ResumeAfter 1ns); its process may die right after its claim;
-//   - GatewayReceives, GatewayAnswers, CallerGivesUp: a request reaches
-//     the gateway and executes there (others under its key get 409); the
-//     gateway answers (201, 402, 503, 404, 422, or 409/replay as its rules
-//     say); a caller stops waiting (timeout, reset) while its request may
-//     still reach the gateway;
-//   - SettleGoesOn: a caller that got its answer but was slow to settle
+//     once (ResumeAfter 1ns), at most two passes at a time (two pods); its
+//     process may die right after its claim;
+//   - GatewayAnswers: a request reaches the gateway if it has not yet, and
+//     is answered (201, 402, 503, 404 or 422 when it executes; 409 in
+//     progress or the replay of a stored answer as the gateway's rules
+//     say); its caller may then pause before its settle;
+//   - Slowness: a request reaches the gateway and executes there, unanswered
+//     (others under its key get 409); a caller gives up (a timeout, a
+//     reset) while its request may still reach the gateway; a paused caller
 //     settles;
-//   - Crash: the process dies: every call in flight is abandoned, its
-//     requests may still reach the gateway, its records come back
-//     uncommitted;
-//   - Rebalance: a record in flight is given to the partition's next owner
-//     uncommitted; a call of it still at the gateway goes on (the revoked
-//     handler is not stopped: it still routes what it decides, and commits
-//     nothing), one waiting in place gives way;
-//   - LoseSettle: Postgres crashes and loses the latest settles, the ones
-//     no synchronous commit has made durable since (the settle commits
-//     without waiting for its flush);
+//   - Failure: the process crashes (every call in flight abandoned: its
+//     context cancelled, its request still possibly executed by the
+//     gateway, its record back uncommitted); a rebalance (a record in
+//     flight goes to the partition's next owner uncommitted; its call, if at
+//     the gateway or before its settle, goes on without the partition: it
+//     still routes, and commits nothing; one waiting in place gives way);
+//     Postgres crashes and loses the latest settles, the ones no
+//     synchronous commit has made durable since (the settle commits without
+//     waiting for its flush);
 //   - TimePasses: the clocks move (below).
 //
 // Each call runs on its own goroutine until it returns or waits for the
@@ -69,14 +70,14 @@ import (
 // timestamps back by Δ (attempt_until, key_sent_at, updated_at and
 // next_resume_at, the completer's back-off), the gateway's by Δ (its key
 // ttl). That is preferred to short attempt lives and waits: nothing sleeps,
-// the lives are production's (a 60 s payment timeout, a 12 h key ttl: the
-// fence is tested with the terms it runs with), and every check is as fast
-// as the database. The real clock moves too, by the little a check takes:
-// a request reaches the gateway within modelCutoff (30 s) of being sent, or
-// never; its attempt lives 65 s; the 35 s between them absorb that. The
-// caller's own deadline is real (asked + 62.5 s) and never fires in a
-// check; the model times a waiting caller out when the clock passes the
-// cutoff of its request.
+// the terms are production's (the key ttl, the completer's back-off; the
+// payment timeout at a minute so that no real deadline fires in a check),
+// and every check is as fast as the database. The real clock moves too, by
+// the little a check takes: a request reaches the gateway within
+// modelCutoff (30 s) of being sent, or never; its attempt lives 65 s; the
+// 35 s between them absorb that. The caller's own deadline is real (asked
+// + 62.5 s) and never fires in a check; the model times a waiting caller
+// out when the clock passes the cutoff of its request.
 //
 // Invariants, after every step:
 //   - at most one successful charge per order at the gateway;
@@ -88,7 +89,8 @@ import (
 //     sees an old key after a new one);
 //   - no key is sent after the gateway has forgotten an answer under it;
 //   - the invoices tell the truth: a charged invoice's key was charged at
-//     the gateway, a declined or rejected order was not charged at all.
+//     the gateway, a declined or rejected order was not charged at all; an
+//     event that reports charged or declined finds its invoice so.
 //
 // And at the end, after the drain (every request answered 201, attempts
 // expired, every record handled until it commits or is dead-lettered,
@@ -97,8 +99,9 @@ import (
 // (no charge; a rejected one has an event in the DLQ), or held (at most one
 // charge): never pending with nothing left to resume it.
 //
-// Run it longer with -rapid.checks=2000 (or RAPID_CHECKS=2000), longer
-// sequences with -rapid.steps=60; -rapid.v prints every step.
+// The test logs what the checks reached (-v). Run it longer with
+// -rapid.checks=2000 (or RAPID_CHECKS=2000), with longer sequences with
+// -rapid.steps=60; -rapid.v prints every step.
 func TestModel(t *testing.T) {
 	t.Parallel()
 	env := newModelEnv(t)
@@ -108,16 +111,17 @@ func TestModel(t *testing.T) {
 	env.logStats(t)
 }
 
-// The model's terms: production's defaults but for the payment timeout,
-// which is the service's maximum so that no real deadline fires in a check.
+// The model's terms: production's defaults (internal/config), but for the
+// payment timeout: a minute, so that no real deadline fires in a check.
 const (
 	modelPaymentTimeout = time.Minute
-	modelKeyTTL         = 12 * time.Hour
+	modelKeyTTL         = 24 * time.Hour
 	// modelCutoff: a request reaches the gateway and executes within this
 	// of being sent, or never; a caller still waiting then times out.
 	modelCutoff = modelPaymentTimeout / 2
-	// modelPassTimeout is real (RunOnce's context) and the completer's
-	// shortest back-off (virtual).
+	// modelPassTimeout is real (RunOnce's context), long enough never to
+	// fire, and so the completer's shortest back-off (virtual: it is a
+	// minute in production); modelMaxBackoff its longest.
 	modelPassTimeout = 10 * time.Minute
 	modelMaxBackoff  = 20 * time.Minute
 	// modelCheckTimeout bounds one check's database work; quiesceTimeout
@@ -167,6 +171,8 @@ type modelConfig struct {
 	promises bool
 	// without names actions left out.
 	without []string
+	// orders: how many orders the events are for; 0: one to three, drawn.
+	orders int
 }
 
 // modelEnv is the database of one test: every check of it empties and
@@ -322,21 +328,27 @@ type model struct {
 	names      map[uuid.UUID]string
 	notes      []string
 	violations []string
-	async      []lostSettle   // settles not yet durable, oldest first
-	stats      map[string]int // what this check reached (modelEnv.stats)
+	async      []lostSettle           // settles not yet durable, oldest first
+	stats      map[string]int         // what this check reached (modelEnv.stats)
+	keys       map[string][]uuid.UUID // order → the keys its invoice was opened or reopened under
 }
 
 func newModel(t *rapid.T, env *modelEnv, cfg modelConfig) *model {
 	ctx, cancel := context.WithTimeout(env.ctx, modelCheckTimeout)
 	m := &model{cfg: cfg, pool: env.pool, ctx: ctx, cancel: cancel,
-		abort: make(chan struct{}), idle: make(chan struct{}, 1), names: map[uuid.UUID]string{}, stats: map[string]int{}}
+		abort: make(chan struct{}), idle: make(chan struct{}, 1), names: map[uuid.UUID]string{},
+		stats: map[string]int{}, keys: map[string][]uuid.UUID{}}
 	for _, q := range []string{`DELETE FROM invoice`, `DELETE FROM processed_event`} {
 		if _, err := env.pool.Exec(ctx, q); err != nil {
 			cancel()
 			t.Fatalf("empty the database: %v", err)
 		}
 	}
-	for i := range rapid.IntRange(1, 3).Draw(t, "orders") {
+	n := cfg.orders
+	if n == 0 {
+		n = rapid.IntRange(1, 3).Draw(t, "orders")
+	}
+	for i := range n {
 		m.orders = append(m.orders, fmt.Sprintf("o%d", i+1))
 	}
 	store := postgres.NewStore(env.pool)
@@ -779,12 +791,21 @@ func (m *model) crash(t *rapid.T) {
 	m.mu.Lock()
 	m.notef("the process crashes")
 	m.countLocked("failure: crash")
-	for _, c := range m.calls {
-		if c.done || c.crashed {
-			continue
-		}
+	victims := slices.DeleteFunc(slices.Clone(m.calls), func(c *call) bool { return c.done || c.crashed })
+	for _, c := range victims {
 		c.crashed = true
+	}
+	for _, r := range m.records {
+		if r.state == recWaiting {
+			r.state, r.again = recQueued, true
+		}
+	}
+	m.mu.Unlock()
+	// One at a time, so that the order they end in is the same at every
+	// run of the sequence.
+	for _, c := range victims {
 		c.cancel()
+		m.mu.Lock()
 		switch {
 		case c.req != nil:
 			m.replyLocked(c.req, gwReply{err: errCrashed})
@@ -793,13 +814,9 @@ func (m *model) crash(t *rapid.T) {
 			c.settle <- false
 			c.settle = nil
 		}
+		m.mu.Unlock()
+		m.quiesce(t)
 	}
-	for _, r := range m.records {
-		if r.state == recWaiting {
-			r.state, r.again = recQueued, true
-		}
-	}
-	m.mu.Unlock()
 	m.settleDown(t)
 }
 
@@ -885,7 +902,7 @@ func (m *model) answer(t *rapid.T, r *gwRequest, out gwOutcome, deliver bool) {
 	pause := false
 	if deliver && r.waiting && !m.healthy && (m.cfg.parkEvents || r.call.rec == nil) &&
 		out != gwUnavailable {
-		pause = oneIn(t, 4, "caller pauses before its settle (1: yes)")
+		pause = oneIn(t, 2, "caller pauses before its settle (1: yes)")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -990,13 +1007,16 @@ func (m *model) passTime(t *rapid.T, d time.Duration, draw bool) {
 	m.async = nil
 	m.notef("%v pass", d)
 	m.countLocked(fmt.Sprintf("time passes %v", d))
+	m.mu.Unlock()
 	for _, r := range due {
+		m.mu.Lock()
 		if r.waiting {
 			m.notef("%s times out on request #%d", r.call.label, r.n)
 			m.replyLocked(r, gwReply{err: errTimeout})
 		}
+		m.mu.Unlock()
+		m.quiesce(t) // one at a time, as in crash
 	}
-	m.mu.Unlock()
 }
 
 // flushed notes a synchronous commit: every settle before it is durable.
@@ -1012,6 +1032,23 @@ func (m *model) flushed(err error) {
 }
 
 // ---- invariants ----
+
+// keyHistory records that orderID's invoice was reopened under key, and
+// says which key that is: the one it was rejected under, an earlier one of
+// the order (a replay of an earlier event), or a new one.
+func (m *model) keyHistory(orderID string, key uuid.UUID) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := m.keys[orderID]
+	defer func() { m.keys[orderID] = append(keys, key) }()
+	switch {
+	case len(keys) > 0 && keys[len(keys)-1] == key:
+		return "the key it was rejected under"
+	case slices.Contains(keys, key):
+		return "an earlier key of the order"
+	}
+	return "a new key"
+}
 
 // countLocked counts one more of what; m.mu is held.
 func (m *model) countLocked(what string) { m.stats[what]++ }
@@ -1297,8 +1334,8 @@ var modelWithoutFence = []struct {
 	name string
 	cfg  modelConfig
 }{
-	{"the_completer_sends_a_stale_key", modelConfig{parkEvents: false, without: []string{"Failure", "Replay", "TimePasses", "Slowness"}}},
-	{"two_paths_send_one_key", modelConfig{parkEvents: true, without: []string{"CompleterPass"}}},
+	{"the_completer_sends_a_stale_key", modelConfig{orders: 1, parkEvents: false, without: []string{"Failure", "Replay", "TimePasses", "Slowness"}}},
+	{"two_paths_send_one_key", modelConfig{orders: 1, parkEvents: true, without: []string{"CompleterPass"}}},
 }
 
 // envModelWithoutFence makes TestModelWithoutTheFence run: only
@@ -1309,12 +1346,12 @@ const envModelWithoutFence = "BILLING_TEST_MODEL_WITHOUT_FENCE"
 // switched off and expects rapid to find each double charge of
 // modelWithoutFence, and to minimise it. It runs this test binary again
 // (TestModelWithoutTheFence), so that rapid fails a test of its own, with
-// its own flags: at least 1000 checks (it stops at the first failure),
-// shrinking bounded to 10 s, no fail file. The minimal failing sequence is
-// logged (go test -v).
+// its own flags: up to 10000 checks (it stops at the first failure, after
+// a few hundred), shrinking bounded to 10 s, no fail file. The minimal
+// failing sequence is logged (go test -v).
 func TestModelFindsRacesWithoutTheFence(t *testing.T) {
 	t.Parallel()
-	checks := 1000
+	checks := 10000
 	if f := flag.Lookup("rapid.checks"); f != nil {
 		if n, err := strconv.Atoi(f.Value.String()); err == nil {
 			checks = max(checks, n)
