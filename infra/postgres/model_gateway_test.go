@@ -121,9 +121,9 @@ type gatewayModel struct {
 	now     time.Duration // the model's clock: moved by TimePasses only
 	ttl     time.Duration
 	keys    map[uuid.UUID]*gwKey
+	sent    []*gwRequest // every request, in the order sent, with the time it was sent
 	live    []*gwRequest // sent, and not finished: in transit or executing
-	charges []gwCharge
-	sent    int
+	charges []gwCharge   // every charge: money moved
 }
 
 var _ order.PaymentGateway = (*gatewayModel)(nil)
@@ -143,11 +143,11 @@ func (g *gatewayModel) Charge(ctx context.Context, req order.ChargeRequest) (ord
 	m.checkSend(c, req)
 	r := &gwRequest{req: req, call: c, waiting: true, reply: make(chan gwReply, 1)}
 	m.mu.Lock()
-	g.sent++
-	r.n, r.sentAt = g.sent, g.now
+	r.n, r.sentAt = len(g.sent)+1, g.now
+	g.sent = append(g.sent, r)
 	g.live = append(g.live, r)
 	c.req = r
-	m.notef("%s sends %s (request #%d)", c.label, m.name(req.IdempotencyKey), r.n)
+	m.notef("%s sends %s (request #%d, at %v)", c.label, m.name(req.IdempotencyKey), r.n, r.sentAt)
 	m.parkLocked()
 	m.mu.Unlock()
 	select {

@@ -22,16 +22,17 @@ type modelStore interface {
 }
 
 // modelLedger is the Store as the model's BillingService and completer see
-// it, with three things added for the model:
-//   - a settle may wait, before it runs, for the model's SettleGoesOn (a
+// it, with what the model adds:
+//   - a settle may wait, before it runs, until the model lets it go on (a
 //     path whose answer came back but whose settle is slow: a GC pause, a
 //     slow connection), with time passing and other paths acting meanwhile;
 //   - the settles that committed since the last synchronous commit are
-//     remembered with the row each one replaced, so that LoseSettle can put
-//     back what a Postgres crash may lose (the settle commits without
+//     remembered with the row each one replaced, so that a lost settle can
+//     put back what a Postgres crash may lose (the settle commits without
 //     waiting for its WAL flush; any later synchronous commit, or the WAL
 //     writer within a fraction of a second, makes it durable);
-//   - a completer pass may die right after its claim committed.
+//   - a completer pass may die right after its claim committed;
+//   - what the calls found is counted (the test's stats).
 type modelLedger struct {
 	inner modelStore
 	m     *model

@@ -271,8 +271,9 @@ func (r *record) label() string {
 }
 
 // call is one Bill (of a record) or one completer pass (rec nil), on its
-// own goroutine. Fields after mu-guarded are written by that goroutine and
-// the model, under model.mu.
+// own goroutine. The fields from zombie on are shared by that goroutine
+// and the model, under model.mu (out, err and res are the goroutine's until
+// done).
 type call struct {
 	label          string
 	rec            *record
@@ -284,7 +285,7 @@ type call struct {
 	crashed bool // its process died: nothing it returns is acted on
 	req     *gwRequest
 	settle  chan bool // waiting before a settle: true goes on, false gives up (crashed)
-	pause   bool      // its next settle waits for SettleGoesOn
+	pause   bool      // its next settle waits until the model lets it go on (Slowness)
 	done    bool
 	reaped  bool
 	out     order.Outcome
@@ -1360,12 +1361,14 @@ func TestModelFindsRacesWithoutTheFence(t *testing.T) {
 	for _, tc := range modelWithoutFence {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := pgtest.Context(t)
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+			// The run uses this test's Postgres server, reached as a
+			// superuser through a database of its own.
+			_, dsn := pgtest.NewDB(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestModelWithoutTheFence$/^"+tc.name+"$",
 				"-test.v", "-test.timeout=5m", "-rapid.nofailfile", "-rapid.shrinktime=10s", fmt.Sprintf("-rapid.checks=%d", checks))
-			cmd.Env = append(os.Environ(), envModelWithoutFence+"=1")
+			cmd.Env = append(os.Environ(), envModelWithoutFence+"=1", pgtest.EnvDatabaseURL+"="+dsn)
 			out, err := cmd.CombinedOutput()
 			report := string(out)
 			if i := strings.Index(report, "[rapid] failed after"); i >= 0 {
