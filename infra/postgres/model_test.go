@@ -1347,9 +1347,10 @@ const envModelWithoutFence = "BILLING_TEST_MODEL_WITHOUT_FENCE"
 // switched off and expects rapid to find each double charge of
 // modelWithoutFence, and to minimise it. It runs this test binary again
 // (TestModelWithoutTheFence), so that rapid fails a test of its own, with
-// its own flags: up to 10000 checks (it stops at the first failure, after
-// a few hundred), shrinking bounded to 10 s, no fail file. The minimal
-// failing sequence is logged (go test -v).
+// its own flags: sequences of 15 steps on average, up to 10000 checks (it
+// stops at the first failure, after a few dozen to a thousand), shrinking
+// bounded to 15 s, no fail file. The minimal failing sequence is logged
+// (go test -v).
 func TestModelFindsRacesWithoutTheFence(t *testing.T) {
 	t.Parallel()
 	checks := 10000
@@ -1367,7 +1368,7 @@ func TestModelFindsRacesWithoutTheFence(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestModelWithoutTheFence$/^"+tc.name+"$",
-				"-test.v", "-test.timeout=5m", "-rapid.nofailfile", "-rapid.shrinktime=10s", fmt.Sprintf("-rapid.checks=%d", checks))
+				"-test.v", "-test.timeout=5m", "-rapid.nofailfile", "-rapid.shrinktime=15s", "-rapid.steps=15", fmt.Sprintf("-rapid.checks=%d", checks))
 			cmd.Env = append(os.Environ(), envModelWithoutFence+"=1", pgtest.EnvDatabaseURL+"="+dsn)
 			out, err := cmd.CombinedOutput()
 			report := string(out)
