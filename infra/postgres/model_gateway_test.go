@@ -118,18 +118,19 @@ type gwCharge struct {
 type gatewayModel struct {
 	m *model
 
-	now     time.Duration // the model's clock: moved by TimePasses only
-	ttl     time.Duration
-	keys    map[uuid.UUID]*gwKey
-	sent    []*gwRequest // every request, in the order sent, with the time it was sent
-	live    []*gwRequest // sent, and not finished: in transit or executing
-	charges []gwCharge   // every charge: money moved
+	now      time.Duration // the model's clock: moved by TimePasses only
+	ttl      time.Duration
+	keys     map[uuid.UUID]*gwKey
+	sent     []*gwRequest       // every request, in the order sent, with the time it was sent
+	live     []*gwRequest       // sent, and not finished: in transit or executing
+	charges  []gwCharge         // every charge: money moved
+	declined map[uuid.UUID]bool // the keys it declined (its records: never forgotten)
 }
 
 var _ order.PaymentGateway = (*gatewayModel)(nil)
 
 func newGatewayModel(m *model, ttl time.Duration) *gatewayModel {
-	return &gatewayModel{m: m, ttl: ttl, keys: map[uuid.UUID]*gwKey{}}
+	return &gatewayModel{m: m, ttl: ttl, keys: map[uuid.UUID]*gwKey{}, declined: map[uuid.UUID]bool{}}
 }
 
 // Charge sends req and waits for the model to answer it (or to give up on
@@ -208,6 +209,7 @@ func (g *gatewayModel) executeLocked(r *gwRequest, out gwOutcome) gwReply {
 		rep.res = order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: id}
 	case gwDeclines:
 		rep.res = order.ChargeResult{Status: order.ChargeDeclined}
+		g.declined[r.req.IdempotencyKey] = true
 	case gwUnavailable:
 		rep.err = order.MarkChargeEnded(&order.TransientError{Op: "charge", Err: errors.New("POST /charges: 503 Service Unavailable")})
 	case gwRejects:

@@ -59,6 +59,9 @@ import (
 //     Postgres crashes and loses the latest settles, the ones no
 //     synchronous commit has made durable since (the settle commits without
 //     waiting for its flush);
+//   - Person: someone resolves a held invoice (Store.Resolve, billing
+//     invoice resolve) from the gateway's own records of its key: charged,
+//     declined, or (no money moved) rejected or resumed;
 //   - TimePasses: the clocks move (below).
 //
 // Each call runs on its own goroutine until it returns or waits for the
@@ -96,8 +99,8 @@ import (
 // expired, every record handled until it commits or is dead-lettered,
 // completer passes until one claims nothing): every order is charged (once,
 // under its invoice's key, with that charge's id), declined or rejected
-// (no charge; a rejected one has an event in the DLQ), or held (at most one
-// charge): never pending with nothing left to resume it.
+// (no charge; one the gateway rejected has an event in the DLQ), or held
+// (at most one charge): never pending with nothing left to resume it.
 //
 // The test logs what the checks reached (-v). Run it longer with
 // -rapid.checks=2000 (or RAPID_CHECKS=2000), with longer sequences with
@@ -306,6 +309,7 @@ func callOf(ctx context.Context) *call {
 type model struct {
 	cfg       modelConfig
 	pool      *pgxpool.Pool
+	store     *postgres.Store
 	ctx       context.Context
 	cancel    context.CancelFunc
 	svc       *order.BillingService
@@ -353,6 +357,7 @@ func newModel(t *rapid.T, env *modelEnv, cfg modelConfig) *model {
 		m.orders = append(m.orders, fmt.Sprintf("o%d", i+1))
 	}
 	store := postgres.NewStore(env.pool)
+	m.store = store
 	var inner modelStore = store
 	if !cfg.fence {
 		inner = newNoFence(store, env.pool)
@@ -861,6 +866,48 @@ func (m *model) loseSettle(t *rapid.T) {
 	m.mu.Unlock()
 }
 
+// Person: someone decides on a held invoice (billing invoice resolve),
+// from the gateway's own records of its key: charged, with the charge made
+// under it; declined, if the gateway declined it; otherwise (no money moved
+// under it) rejected, or resumed while its key is young enough.
+func (m *model) Person(t *rapid.T) {
+	var held []order.Invoice
+	for _, inv := range m.invoices(t) {
+		if inv.Status == order.StatusHeld {
+			held = append(held, inv)
+		}
+	}
+	if len(held) == 0 {
+		t.SkipNow()
+	}
+	inv := held[rapid.IntRange(0, len(held)-1).Draw(t, "held invoice")]
+	m.mu.Lock()
+	i := slices.IndexFunc(m.gw.charges, func(c gwCharge) bool { return c.key == inv.EventID })
+	d := order.Resolution{Status: order.StatusRejected}
+	switch {
+	case i >= 0:
+		d = order.Resolution{Status: order.StatusCharged, ChargeID: m.gw.charges[i].id}
+	case m.gw.declined[inv.EventID]:
+		d.Status = order.StatusDeclined
+	}
+	m.mu.Unlock()
+	if d.Status == order.StatusRejected && oneIn(t, 1, "resume (1: yes)") {
+		d.Status = order.StatusPending
+	}
+	_, _, err := m.store.Resolve(m.ctx, inv.OrderID, d, modelTerms.HoldAfter)
+	if errors.Is(err, order.ErrKeyTooOld) {
+		m.logf(t, "a person resumes %s: %v", inv.OrderID, err)
+		d.Status = order.StatusRejected
+		_, _, err = m.store.Resolve(m.ctx, inv.OrderID, d, modelTerms.HoldAfter)
+	}
+	if err != nil {
+		t.Fatalf("a person resolves %s as %s: %v", inv.OrderID, d.Status, err)
+	}
+	m.flushed(nil)
+	m.count("person: " + string(d.Status))
+	m.logf(t, "a person resolves %s (held under %s): %s %s", inv.OrderID, m.name(inv.EventID), d.Status, d.ChargeID)
+}
+
 // TimePasses: the clocks move by a drawn step.
 func (m *model) TimePasses(t *rapid.T) {
 	m.passTime(t, rapid.SampledFrom(modelDeltas).Draw(t, "by"), true)
@@ -1194,7 +1241,9 @@ func (m *model) checkEnd(t *rapid.T) {
 		case order.StatusHeld:
 			// At most one charge, which Check saw to.
 		case order.StatusRejected:
-			if !slices.ContainsFunc(m.records, func(r *record) bool { return r.ev.evt.OrderID == o && r.state == recDLQ }) {
+			// The gateway's refusal sends its event to the DLQ; a person's
+			// decision (Person) is the end of it.
+			if !strings.Contains(inv.Reason, "by a person") && !slices.ContainsFunc(m.records, func(r *record) bool { return r.ev.evt.OrderID == o && r.state == recDLQ }) {
 				t.Fatalf("order %s ends rejected under %s with none of its events in the DLQ", o, m.name(inv.EventID))
 			}
 		}
@@ -1244,7 +1293,7 @@ func (m *model) drain(t *rapid.T) {
 }
 
 func (m *model) invoices(t *rapid.T) []order.Invoice {
-	rows, err := m.pool.Query(m.ctx, `SELECT order_id, event_id, status, coalesce(charge_id, '') FROM invoice ORDER BY order_id`)
+	rows, err := m.pool.Query(m.ctx, `SELECT order_id, event_id, status, coalesce(charge_id, ''), coalesce(reason, '') FROM invoice ORDER BY order_id`)
 	if err != nil {
 		t.Fatalf("read the invoices: %v", err)
 	}
@@ -1255,7 +1304,7 @@ func (m *model) invoices(t *rapid.T) []order.Invoice {
 			inv    order.Invoice
 			status string
 		)
-		if err := rows.Scan(&inv.OrderID, &inv.EventID, &status, &inv.ChargeID); err != nil {
+		if err := rows.Scan(&inv.OrderID, &inv.EventID, &status, &inv.ChargeID, &inv.Reason); err != nil {
 			t.Fatalf("read the invoices: %v", err)
 		}
 		inv.Status = order.InvoiceStatus(status)
