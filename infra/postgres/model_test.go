@@ -343,7 +343,7 @@ func newModel(t *rapid.T, env *modelEnv, cfg modelConfig) *model {
 	m := &model{cfg: cfg, pool: env.pool, ctx: ctx, cancel: cancel,
 		abort: make(chan struct{}), idle: make(chan struct{}, 1), names: map[uuid.UUID]string{},
 		stats: map[string]int{}, keys: map[string][]uuid.UUID{}}
-	for _, q := range []string{`DELETE FROM invoice`, `DELETE FROM processed_event`} {
+	for _, q := range []string{`DELETE FROM invoice`, `DELETE FROM processed_event`, `DELETE FROM invoice_outbox`} {
 		if _, err := env.pool.Exec(ctx, q); err != nil {
 			cancel()
 			t.Fatalf("empty the database: %v", err)
