@@ -219,7 +219,7 @@ func (env *modelEnv) run(t *rapid.T, cfg modelConfig) {
 		defer m.mu.Unlock()
 		env.mu.Lock()
 		defer env.mu.Unlock()
-		env.stats["checks"]++
+		env.stats["checks run"]++
 		for k, n := range m.stats {
 			env.stats[k] += n
 		}
