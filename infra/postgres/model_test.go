@@ -1374,12 +1374,15 @@ func (m *model) logf(t *rapid.T, format string, args ...any) {
 // (noFence: every path always gets the attempt, as before issue 22), one
 // per double charge issue 22 reproduced (fence_test.go). Only "at most one
 // charge per order" is checked.
-//   - The completer sends a stale key: only the completer's requests wait
-//     at the gateway (every event path's is answered at once), so a double
-//     charge needs the completer to send, or have in flight, an old key that
-//     executes after another path's 404 rejected the invoice and a new event
-//     charged it under its own key.
-//   - Two paths send one key: no completer; every request may wait.
+//   - The completer sends a stale key: the actors of that reproduction
+//     (new events, the consumer's tier retries, the completer, the gateway's
+//     answers); only the completer's requests wait at the gateway (every
+//     event path's is answered at once), so a double charge needs the
+//     completer to send, or have in flight, an old key that executes after
+//     another path's 404 rejected the invoice and a new event charged it
+//     under its own key.
+//   - Two paths send one key: every actor but the completer; every request
+//     may wait.
 var modelWithoutFence = []struct {
 	name string
 	cfg  modelConfig
