@@ -356,7 +356,9 @@ func newModel(t *rapid.T, env *modelEnv, cfg modelConfig) *model {
 	for i := range n {
 		m.orders = append(m.orders, fmt.Sprintf("o%d", i+1))
 	}
-	store := postgres.NewStore(env.pool)
+	// Every transition writes its invoice event (CONTRACT §9): checkEnd
+	// publishes them and checks one event id per transition.
+	store := postgres.NewStore(env.pool, postgres.WithEvents(true))
 	m.store = store
 	var inner modelStore = store
 	if !cfg.fence {
@@ -1246,6 +1248,50 @@ func (m *model) checkEnd(t *rapid.T) {
 			if !strings.Contains(inv.Reason, "by a person") && !slices.ContainsFunc(m.records, func(r *record) bool { return r.ev.evt.OrderID == o && r.state == recDLQ }) {
 				t.Fatalf("order %s ends rejected under %s with none of its events in the DLQ", o, m.name(inv.EventID))
 			}
+		}
+	}
+	m.checkEvents(t, invs)
+}
+
+// checkEvents publishes the outbox and checks what a downstream service
+// would read: every transition has exactly one event id, the one computed
+// from it (however many times a crash, a lost settle redone or a person
+// made it written), and every final invoice's transition was published.
+func (m *model) checkEvents(t *rapid.T, invs map[string]order.Invoice) {
+	pub := &recordingPublisher{}
+	relay := order.NewOutboxRelay(m.store, pub, order.RelayOptions{Batch: 50})
+	for {
+		n, err := relay.RunOnce(context.Background())
+		if err != nil {
+			t.Fatalf("publish the outbox: %v", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	ids := map[string]map[uuid.UUID]bool{} // transition → its event ids
+	for _, e := range pub.published() {
+		tr := e.OrderID + "/" + e.IdempotencyKey.String() + "/" + string(e.Status)
+		if e.EventID != order.InvoiceEventID(e.OrderID, e.IdempotencyKey, e.Status) {
+			t.Fatalf("event %s of %s %s under %s: not its transition's id", e.EventID, e.OrderID, e.Status, m.name(e.IdempotencyKey))
+		}
+		if ids[tr] == nil {
+			ids[tr] = map[uuid.UUID]bool{}
+		}
+		ids[tr][e.EventID] = true
+		m.count("events: " + string(e.Type()))
+	}
+	for tr, set := range ids {
+		if len(set) != 1 {
+			t.Fatalf("transition %s published under %d event ids", tr, len(set))
+		}
+	}
+	for o, inv := range invs {
+		if !inv.Status.Final() {
+			continue
+		}
+		if tr := o + "/" + inv.EventID.String() + "/" + string(inv.Status); len(ids[tr]) != 1 {
+			t.Fatalf("order %s ends %s under %s with no event of that transition", o, inv.Status, m.name(inv.EventID))
 		}
 	}
 }
