@@ -52,8 +52,10 @@ image: ## build the container image $(IMAGE):$(VERSION), version and revision st
 # third_party/kafka-go is kafka-go as published plus a small patch
 # (third_party/kafka-go/PATCHES.md): it is kept byte for byte as upstream wrote
 # it, some of it not gofmt-clean, so that the patch stays a readable diff. It
-# is its own module too; only the patch's tests run here (kafka-go's own suite
-# needs its docker brokers).
+# is its own module too. The patch's tests run here, and upstream's tests of
+# the files the patch touches, from the module cache against a copy
+# (scripts/kafka-go-upstream-tests.sh; kafka-go's tests that need its docker
+# brokers do not run).
 GOFILES = $$(git ls-files '*.go' ':!third_party/')
 MODULES = . e2e deploy bench
 
@@ -75,8 +77,10 @@ test-deploy: ## the manifests, rules (promtool), dashboard and image checks
 test-bench: ## the benchmark driver's own tests (its pgbench scripts against Postgres)
 	BILLING_E2E=1 $(GO) -C bench test -race -count=1 -timeout 30m ./...
 
-test-kafka-go: ## the patched kafka-go's tests and a short fuzz of its read path
-	cd third_party/kafka-go && $(GO) vet . && $(GO) test -race -count=1 -run 'BillingPatch' ./ && \
+test-kafka-go: ## the patched kafka-go's tests, upstream's tests of the files the patch touches, a short fuzz of its read path
+	cd third_party/kafka-go && $(GO) vet . && $(GO) test -race -count=1 -run 'BillingPatch' ./
+	GO="$(GO)" scripts/kafka-go-upstream-tests.sh
+	cd third_party/kafka-go && \
 		$(GO) test -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzztime=$(FUZZTIME_KAFKA) -fuzzminimizetime=100x ./
 
 .PHONY: vulncheck
