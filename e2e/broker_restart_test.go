@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // TestBrokerRestartMidStream: the real broker stops for

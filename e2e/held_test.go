@@ -12,9 +12,9 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/kafkatest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // TestHeldInvoiceResolvedByAPerson: the gateway answers 422 for two orders

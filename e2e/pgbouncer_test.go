@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/billing/internal/pgbouncertest"
+	"github.com/acme/billing/internal/testkit/pgbouncertest"
 )
 
 // TestEndToEndThroughPgBouncer is TestEndToEnd with billing reaching

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // otlpReceiver is an OTLP/HTTP trace endpoint that keeps what it receives.

@@ -10,7 +10,7 @@
 #                   the tests start throwaway clusters of their own, so the
 #                   package's system cluster is never started
 #   pgbouncer       PgBouncer, for the tests that run billing behind it in
-#                   transaction mode (internal/pgbouncertest); its system
+#                   transaction mode (internal/testkit/pgbouncertest); its system
 #                   service is never started
 #   java, mvn       to fetch and run the real Kafka broker
 #   kafka jars      scripts/kafka.sh fetch

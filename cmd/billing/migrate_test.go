@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
-	"github.com/acme/billing/internal/syncbuf"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 // migrateCtx bounds a migrate test: a migrate that waits for ever fails it.

@@ -11,16 +11,30 @@ import (
 )
 
 // TestServiceBinaryCarriesNoTestTooling: built without the demo tag (as the
-// image builds it), the binary links neither the in-process broker, the
-// gateway stub nor the throwaway-Postgres starter.
+// image builds it), the binary links no test tooling: nothing under
+// internal/testkit (the in-process and real broker starters, the gateway
+// stub, the throwaway Postgres and PgBouncer), neither core's test
+// packages, the demo nor the in-process broker kfake.
 func TestServiceBinaryCarriesNoTestTooling(t *testing.T) {
 	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
-	for _, dep := range strings.Fields(string(out)) {
-		for _, tooling := range []string{"kfake", "gatewaystub", "pgcluster", "internal/demo", "kafkatest", "pgtest"} {
-			if strings.HasSuffix(dep, "/"+tooling) {
+	const module = "github.com/acme/billing/"
+	tooling := []string{
+		module + "internal/testkit",
+		module + "internal/demo",
+		module + "core/order/ordertest",
+		module + "core/order/ledgertest",
+		"github.com/twmb/franz-go/pkg/kfake",
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) == 0 {
+		t.Fatalf("go list -deps printed no package")
+	}
+	for _, dep := range deps {
+		for _, tool := range tooling {
+			if dep == tool || strings.HasPrefix(dep, tool+"/") {
 				t.Errorf("the service binary links %s", dep)
 			}
 		}

@@ -10,7 +10,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
-	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
 // dlqStub is a DLQ record written without its value, pointing at its

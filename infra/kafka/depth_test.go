@@ -9,7 +9,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	kafkaclient "github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
 // TestRecordsSumsPartitions: the DLQ depth is every record of every

@@ -8,7 +8,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
 // javaMurmur2 vectors: key → Utils.murmur2(key) as the Java client computes

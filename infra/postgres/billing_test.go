@@ -12,7 +12,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 // fakeGateway records charges and answers with answer (success when nil).

@@ -12,9 +12,9 @@ import (
 	payment "github.com/acme/billing/adapters/out/http"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // startStub runs a gateway stub and a client of it, both closed at the end.

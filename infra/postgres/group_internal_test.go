@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // A panic while a group is sent ends no process: every caller of the group

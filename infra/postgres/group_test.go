@@ -13,8 +13,8 @@ import (
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ledgertest"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // groupSizes records the size of every group a Store sends, by op.

@@ -9,7 +9,7 @@ import (
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ledgertest"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 func pendingInvoice(orderID string, eventID uuid.UUID) order.Invoice {

@@ -14,10 +14,10 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/pgcluster"
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/pgcluster"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // beforeSettle is an order.Ledger over a Store that keeps, for every

@@ -3,7 +3,7 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 // TestMigrate0003RefusesSharedKeys: invoices that the reused-id bug wrote

@@ -15,8 +15,8 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // recordingPublisher keeps what it is given, optionally failing after it

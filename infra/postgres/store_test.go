@@ -15,7 +15,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 // insertProcessed inserts the dedup row of id in tx and reports whether it

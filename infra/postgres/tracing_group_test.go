@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // A grouped statement's span lies in the trace of its group's first event

@@ -15,11 +15,11 @@ import (
 	"github.com/acme/billing/core/order/ordertest"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/kafkatest"
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
 	"github.com/acme/billing/internal/replay"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 func headers(m kafkago.Message) map[string]string {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 // TestPendingPastHalfTheKeyTTLIsHeld: an invoice whose

@@ -14,8 +14,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/internal/metrics"
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // Every CONTRACT §8 name is on the first scrape, before anything was

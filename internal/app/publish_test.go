@@ -12,9 +12,9 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/kafkatest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // TestInvoiceEventsPublished: with BILLING_PUBLISH_EVENTS on,

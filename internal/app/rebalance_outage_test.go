@@ -13,9 +13,9 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/pgtest"
-	"github.com/acme/billing/internal/poll"
-	"github.com/acme/billing/internal/syncbuf"
+	"github.com/acme/billing/internal/testkit/pgtest"
+	"github.com/acme/billing/internal/testkit/poll"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 // member starts another billing process in h's group, on h's broker,

@@ -9,10 +9,10 @@ import (
 
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/kafkatest"
-	"github.com/acme/billing/internal/poll"
 	"github.com/acme/billing/internal/replay"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // A gateway refusing the charge for good (400) leaves no money moved: the

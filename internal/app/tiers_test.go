@@ -9,7 +9,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
 // BILLING_RETRY_DELAYS was shortened from three tiers to two while a record

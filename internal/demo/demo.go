@@ -28,10 +28,10 @@ import (
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
-	"github.com/acme/billing/internal/pgcluster"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/pgcluster"
 )
 
 // Options sizes the demo.

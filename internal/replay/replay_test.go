@@ -16,9 +16,9 @@ import (
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
 	kafkaclient "github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/replay"
-	"github.com/acme/billing/internal/syncbuf"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -15,7 +15,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
 // BenchmarkReplayPeakRSS: peak RSS of the real binary's `dlq replay`, dry

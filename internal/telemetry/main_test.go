@@ -3,7 +3,7 @@ package telemetry_test
 import (
 	"testing"
 
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 // TestMain runs the tests with a throwaway Postgres, then checks that no

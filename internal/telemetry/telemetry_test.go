@@ -12,8 +12,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 
-	"github.com/acme/billing/internal/syncbuf"
 	"github.com/acme/billing/internal/telemetry"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 // otelEnv sets the OTEL_* variables Setup and the exporters read to vars,

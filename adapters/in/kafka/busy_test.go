@@ -11,9 +11,9 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/kafkatest"
-	"github.com/acme/billing/internal/poll"
-	"github.com/acme/billing/internal/syncbuf"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 // busyHandler finds the invoice of "p0-busy" held by another path's attempt

@@ -15,9 +15,9 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }

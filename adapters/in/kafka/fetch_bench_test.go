@@ -7,7 +7,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
 // BenchmarkPartitionFetch reads 2,000 records of 200 bytes with three

@@ -8,8 +8,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/kafkatest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // A tier honours x-not-before only up to its own delay from when it reads

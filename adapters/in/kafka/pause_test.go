@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 func newTestPause(t *testing.T) (*Pause, prometheus.Gauge) {

@@ -15,10 +15,10 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
-	"github.com/acme/billing/internal/poll"
-	"github.com/acme/billing/internal/syncbuf"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 // depHandler meets an outage of dep while down is set, and charges

@@ -17,9 +17,9 @@ import (
 
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // pauseWatch is billing_consumer_paused that remembers whether it was ever

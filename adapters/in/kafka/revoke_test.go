@@ -16,9 +16,9 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // preferBalancer makes assignments a test can predict: the member whose

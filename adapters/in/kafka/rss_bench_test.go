@@ -18,8 +18,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/kafkatest"
 	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
 // BenchmarkConsumerPeakRSS reports the process's peak RSS (VmHWM) while one

@@ -12,8 +12,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/kafkatest"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 // histogramOf reads a histogram's count, sum and the cumulative count of the

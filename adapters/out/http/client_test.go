@@ -21,9 +21,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acme/billing/core/order"
-	"github.com/acme/billing/internal/gatewaystub"
 	"github.com/acme/billing/internal/metrics"
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 func TestMain(m *testing.M) {

@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	kafkaclient "github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/internal/kafkabroker"
-	"github.com/acme/billing/internal/pgcluster"
+	"github.com/acme/billing/internal/testkit/kafkabroker"
+	"github.com/acme/billing/internal/testkit/pgcluster"
 )
 
 // env is what every run shares: one Postgres cluster, one broker.
@@ -214,7 +214,7 @@ func (e *env) collectFacts(ctx context.Context) error {
 	pgbenchVer, _ := exec.CommandContext(ctx, e.pgbench, "--version").Output()
 	e.facts = []string{
 		fmt.Sprintf("machine: %d CPUs (nproc), %s, %s RAM, Linux %s, %s", runtime.NumCPU(), cpu, mem, strings.TrimSpace(string(kernel)), runtime.Version()),
-		fmt.Sprintf("postgres: %s — fsync=%s, synchronous_commit=%s, full_page_writes=%s, wal_sync_method=%s, shared_buffers=%s (throwaway cluster, internal/pgcluster Fsync: true)",
+		fmt.Sprintf("postgres: %s — fsync=%s, synchronous_commit=%s, full_page_writes=%s, wal_sync_method=%s, shared_buffers=%s (throwaway cluster, internal/testkit/pgcluster Fsync: true)",
 			version, fsync, syncCommit, fpw, walSync, sharedBuffers),
 		"pgbench: " + strings.TrimSpace(string(pgbenchVer)),
 		"broker: " + e.brokerKind,

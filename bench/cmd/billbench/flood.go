@@ -17,8 +17,8 @@ import (
 
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/kafkabroker"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/kafkabroker"
 )
 
 // The memory lines: peak RSS of the

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/pgcluster"
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgcluster"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 // pgbench 15's report, abridged.

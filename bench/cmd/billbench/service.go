@@ -23,8 +23,8 @@ import (
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/gatewaystub"
-	"github.com/acme/billing/internal/kafkabroker"
+	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/kafkabroker"
 )
 
 // cell is one configuration measured: gateway latency × in-flight, with the

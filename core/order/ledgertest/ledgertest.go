@@ -5,6 +5,11 @@
 // Postgres store runs the same table alone and with its calls grouped
 // (infra/postgres). It is test tooling: production code does not import it.
 //
+// It is kept in core rather than under internal/testkit, where the rest of
+// the tooling lives: core/order's own tests import it, and core imports
+// nothing outside core (.golangci.yaml's depguard rules "core" and
+// "no-test-tooling" say both).
+//
 // The rules are CONTRACT.md §4 as the ledger sees them, "one attempt per
 // key at a time" included: a reserve or a take gives its caller the
 // invoice's attempt only when no other attempt is alive; only the attempt's

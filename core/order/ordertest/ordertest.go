@@ -3,6 +3,11 @@
 // core/order, internal/app and e2e, and for the demo (test tooling too).
 // Production code does not import it.
 //
+// It is test tooling kept in core rather than under internal/testkit, where
+// the rest of the tooling lives: core/order's own tests import it, and core
+// imports nothing outside core (.golangci.yaml's depguard rules "core" and
+// "no-test-tooling" say both).
+//
 // It imports only the standard library, so that core/order's own tests
 // (package order) can use it without an import cycle; the size limit it
 // builds the over-1-MiB record from is the contract's, which core/order's

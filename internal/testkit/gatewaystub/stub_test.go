@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/acme/billing/internal/poll"
+	"github.com/acme/billing/internal/testkit/poll"
 )
 
 func TestMain(m *testing.M) {

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/acme/billing/internal/syncbuf"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 // TestBufferConcurrent: writers in parallel with a reader lose no line

@@ -35,7 +35,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgcluster"
+	"github.com/acme/billing/internal/testkit/pgcluster"
 )
 
 // EnvDatabaseURL names a superuser DSN of an existing server to use instead

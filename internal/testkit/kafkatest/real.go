@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/acme/billing/internal/kafkabroker"
+	"github.com/acme/billing/internal/testkit/kafkabroker"
 )
 
 // NewReal starts a real Apache Kafka broker (single node, KRaft) on a free

@@ -34,7 +34,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/acme/billing/internal/kafkabroker"
+	"github.com/acme/billing/internal/testkit/kafkabroker"
 )
 
 // Cluster is a running Kafka cluster, fake or real, owned by a test.

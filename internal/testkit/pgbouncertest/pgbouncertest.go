@@ -29,7 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/acme/billing/internal/pgcluster"
+	"github.com/acme/billing/internal/testkit/pgcluster"
 )
 
 const (

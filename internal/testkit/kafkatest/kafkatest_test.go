@@ -14,7 +14,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 
-	"github.com/acme/billing/internal/kafkatest"
+	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }

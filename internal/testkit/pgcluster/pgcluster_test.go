@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/acme/billing/internal/syncbuf"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 func TestStartConnectStopRestart(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package kafkabroker runs a real Apache Kafka broker (single node, KRaft)
-// with scripts/kafka.sh, for the tests (internal/kafkatest) and `make bench`.
+// with scripts/kafka.sh, for the tests (internal/testkit/kafkatest) and `make bench`.
 package kafkabroker
 
 import (

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgbouncertest"
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgbouncertest"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
