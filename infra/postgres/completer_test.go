@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	payment "github.com/acme/billing/adapters/out/http"
+	httpgateway "github.com/acme/billing/adapters/out/http"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
@@ -18,11 +18,11 @@ import (
 )
 
 // startStub runs a gateway stub and a client of it, both closed at the end.
-func startStub(t *testing.T) (*gatewaystub.Stub, *payment.Client) {
+func startStub(t *testing.T) (*gatewaystub.Stub, *httpgateway.Client) {
 	t.Helper()
 	stub := gatewaystub.New(gatewaystub.Options{})
 	base := stub.StartTest(t)
-	c, err := payment.NewClient(base, 5*time.Second)
+	c, err := httpgateway.NewClient(base, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/acme/billing/adapters/in/kafka"
+	kafkain "github.com/acme/billing/adapters/in/kafka"
 	httpgateway "github.com/acme/billing/adapters/out/http"
 	kafkapub "github.com/acme/billing/adapters/out/kafka"
 	"github.com/acme/billing/core/order"
@@ -67,7 +67,7 @@ type App struct {
 	store   *postgres.Store
 	kc      *kafkaclient.Cluster
 	gateway *httpgateway.Client
-	pause   *kafka.Pause
+	pause   *kafkain.Pause
 	maint   *postgres.DedupMaintainer
 	srv     *http.Server
 	ln      net.Listener
@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	}
 	a.onClose(a.gateway.CloseIdleConnections)
 
-	a.pause = kafka.NewPause(a.Metrics.ConsumerPaused, log)
+	a.pause = kafkain.NewPause(a.Metrics.ConsumerPaused, log)
 	a.pause.SetProbe(order.DependencyPostgres, a.store.Ping)
 	a.pause.SetProbe(order.DependencyKafka, a.kc.Ping)
 
@@ -285,7 +285,7 @@ func (a *App) Run(ctx context.Context) error {
 	defer stopLoops()
 	var loops sync.WaitGroup // the probes and the lag loop
 	loops.Go(func() {
-		a.pause.Run(loopCtx, kafka.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
+		a.pause.Run(loopCtx, kafkain.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
 	})
 
 	// Run until ctx ends or a part fails. The consumers' end is the run's
@@ -537,19 +537,19 @@ func (a *App) consume(ctx context.Context) error {
 // function that closes their readers and the routing writer. Readers are
 // built here rather than in New: a group reader joins its group at once,
 // and a process that is still waiting for Postgres must not hold partitions.
-func (a *App) newConsumers(ctx context.Context) ([]*kafka.Consumer, func(), error) {
+func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func(), error) {
 	cfg := a.cfg
 	writer, closeWriter := a.kc.NewWriter()
-	routes := kafka.Routes{Group: cfg.KafkaGroupID, DLQTopic: cfg.KafkaDLQTopic, Policy: a.policy}
+	routes := kafkain.Routes{Group: cfg.KafkaGroupID, DLQTopic: cfg.KafkaDLQTopic, Policy: a.policy}
 	for i := range cfg.RetryDelays {
 		routes.RetryTopics = append(routes.RetryTopics, cfg.RetryTopic(i+1))
 	}
-	router := kafka.NewRouter(kafka.NewClientWriter(writer), routes, a.Metrics, a.pause, a.log)
-	handler := kafka.NewOrderConfirmedHandler(a.billing, cfg.DefaultCurrency, kafka.WithTracerProvider(a.tune.Tracer))
+	router := kafkain.NewRouter(kafkain.NewClientWriter(writer), routes, a.Metrics, a.pause, a.log)
+	handler := kafkain.NewOrderConfirmedHandler(a.billing, cfg.DefaultCurrency, kafkain.WithTracerProvider(a.tune.Tracer))
 
 	var (
-		consumers []*kafka.Consumer
-		sources   []*kafka.GroupSource
+		consumers []*kafkain.Consumer
+		sources   []*kafkain.GroupSource
 	)
 	closeAll := func() {
 		for _, src := range sources {
@@ -562,14 +562,14 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafka.Consumer, func(), erro
 		}
 	}
 	for _, s := range a.sources(ctx) {
-		src, err := kafka.NewGroupSource(a.kc.ReaderConfig(s.topic, s.group, a.tune.Reader))
+		src, err := kafkain.NewGroupSource(a.kc.ReaderConfig(s.topic, s.group, a.tune.Reader))
 		if err != nil { // only a configuration NewGroupSource rejects
 			closeAll()
 			return nil, nil, fmt.Errorf("consume %s: %w", s.topic, err)
 		}
 		sources = append(sources, src)
-		consumers = append(consumers, kafka.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
-			kafka.Options{
+		consumers = append(consumers, kafkain.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
+			kafkain.Options{
 				Tier:           s.tier,
 				MaxInFlight:    cfg.MaxInFlight,
 				CommitInterval: a.tune.CommitInterval,

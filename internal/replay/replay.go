@@ -16,7 +16,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/acme/billing/adapters/in/kafka"
+	kafkain "github.com/acme/billing/adapters/in/kafka"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 )
 
@@ -259,7 +259,7 @@ func write(ctx context.Context, w *kafkaclient.Writer, topic string, batch []kaf
 	return nil
 }
 
-// tooLarge reports whether a kafka.WriteErrors holds a size refusal.
+// tooLarge reports whether a kafkago.WriteErrors holds a size refusal.
 func tooLarge(err error) bool {
 	var we kafkago.WriteErrors
 	if !errors.As(err, &we) {
@@ -282,7 +282,7 @@ func tooLarge(err error) bool {
 // only dead-letter it again. The error is the cluster's failing to say
 // which partitions a topic has: no record's fault.
 func (rp *replayer) original(ctx context.Context, msg kafkago.Message) (kafkago.Message, bool, error) {
-	if _, omitted := header(msg, kafka.HeaderValueOmitted); !omitted {
+	if _, omitted := header(msg, kafkain.HeaderValueOmitted); !omitted {
 		return Original(msg, rp.topic), true, nil
 	}
 	skip := func(err error) {
@@ -336,9 +336,9 @@ const maxQuoted = 64
 // read), the partition and the offset non-negative integers, written as
 // the service writes them.
 func (rp *replayer) originOf(msg kafkago.Message) (origin, error) {
-	t, _ := header(msg, kafka.HeaderOriginalTopic)
-	ps, _ := header(msg, kafka.HeaderOriginalPartition)
-	offs, _ := header(msg, kafka.HeaderOriginalOffset)
+	t, _ := header(msg, kafkain.HeaderOriginalTopic)
+	ps, _ := header(msg, kafkain.HeaderOriginalPartition)
+	offs, _ := header(msg, kafkain.HeaderOriginalOffset)
 	if !rp.origins[t] {
 		return origin{}, fmt.Errorf("x-original-topic %.*q is not the main topic or a configured retry tier", maxQuoted, t)
 	}
@@ -421,7 +421,7 @@ func keep(msg kafkago.Message, since time.Time) bool {
 	if since.IsZero() {
 		return true
 	}
-	v, ok := header(msg, kafka.HeaderFailedAt)
+	v, ok := header(msg, kafkain.HeaderFailedAt)
 	if !ok {
 		return false
 	}
@@ -430,7 +430,7 @@ func keep(msg kafkago.Message, since time.Time) bool {
 }
 
 // header returns the value of msg's last header named key, as the consumer
-// reads a record's headers (kafka.Record.Header).
+// reads a record's headers (kafkain.Record.Header).
 func header(msg kafkago.Message, key string) (string, bool) {
 	for i := len(msg.Headers) - 1; i >= 0; i-- {
 		if msg.Headers[i].Key == key {
@@ -444,7 +444,7 @@ func header(msg kafkago.Message, key string) (string, bool) {
 func Original(msg kafkago.Message, topic string) kafkago.Message {
 	var hs []kafkago.Header
 	for _, h := range msg.Headers {
-		if !slices.Contains(kafka.RoutingHeaders, h.Key) {
+		if !slices.Contains(kafkain.RoutingHeaders, h.Key) {
 			hs = append(hs, h)
 		}
 	}

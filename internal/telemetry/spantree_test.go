@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
-	payment "github.com/acme/billing/adapters/out/http"
+	httpgateway "github.com/acme/billing/adapters/out/http"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/telemetry"
@@ -51,7 +51,7 @@ func TestSpanTreeOfOneRecord(t *testing.T) {
 	base := stub.StartTest(t)
 	var logs bytes.Buffer
 	log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	gw, err := payment.NewClient(base, 5*time.Second, payment.WithTracerProvider(tp), payment.WithLogger(log))
+	gw, err := httpgateway.NewClient(base, 5*time.Second, httpgateway.WithTracerProvider(tp), httpgateway.WithLogger(log))
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
 	}

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 
-	infrakafka "github.com/acme/billing/infra/kafka"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 )
 
 // opTimeout bounds each admin call of the helpers below.
@@ -59,8 +59,8 @@ const (
 // timings above, for tests that build kafka-go readers themselves. Offsets
 // are committed synchronously by CommitMessages (CommitInterval 0) and a new
 // group starts at the first offset.
-func FastReaderConfig(brokers []string, group, topic string) kafka.ReaderConfig {
-	return kafka.ReaderConfig{
+func FastReaderConfig(brokers []string, group, topic string) kafkago.ReaderConfig {
+	return kafkago.ReaderConfig{
 		Brokers:           append([]string(nil), brokers...),
 		GroupID:           group,
 		Topic:             topic,
@@ -74,15 +74,15 @@ func FastReaderConfig(brokers []string, group, topic string) kafka.ReaderConfig 
 		RebalanceTimeout:  fastSession,
 		JoinGroupBackoff:  100 * time.Millisecond,
 		CommitInterval:    0,
-		StartOffset:       kafka.FirstOffset,
+		StartOffset:       kafkago.FirstOffset,
 	}
 }
 
 // FastReaderOptions returns the same fast timings as options of billing's
 // own reader construction (infra/kafka), for tests and the demo that run
 // the service in process (internal/app.Tuning.Reader).
-func FastReaderOptions() infrakafka.ReaderOptions {
-	return infrakafka.ReaderOptions{
+func FastReaderOptions() kafkaclient.ReaderOptions {
+	return kafkaclient.ReaderOptions{
 		MaxWait:           fastMaxWait,
 		HeartbeatInterval: fastHeartbeat,
 		SessionTimeout:    fastSession,
@@ -92,17 +92,17 @@ func FastReaderOptions() infrakafka.ReaderOptions {
 
 // NewWriter returns a writer for topic with its own transport, both closed
 // when the test ends (goleak reports a writer's connections otherwise).
-// Records with the same key go to the same partition (kafka.Hash), a write
+// Records with the same key go to the same partition (kafkago.Hash), a write
 // returns once all in-sync replicas have it, and batches leave after 1 ms.
-func NewWriter(t testing.TB, brokers []string, topic string) *kafka.Writer {
+func NewWriter(t testing.TB, brokers []string, topic string) *kafkago.Writer {
 	t.Helper()
-	tr := &kafka.Transport{DialTimeout: 10 * time.Second}
-	w := &kafka.Writer{
-		Addr:         kafka.TCP(brokers...),
+	tr := &kafkago.Transport{DialTimeout: 10 * time.Second}
+	w := &kafkago.Writer{
+		Addr:         kafkago.TCP(brokers...),
 		Topic:        topic,
-		Balancer:     &kafka.Hash{},
+		Balancer:     &kafkago.Hash{},
 		BatchTimeout: time.Millisecond,
-		RequiredAcks: kafka.RequireAll,
+		RequiredAcks: kafkago.RequireAll,
 		Transport:    tr,
 	}
 	t.Cleanup(func() {
@@ -124,16 +124,16 @@ func CreateTopics(t testing.TB, brokers []string, partitions int, topics ...stri
 	client, done := newClient(brokers)
 	defer done()
 
-	req := &kafka.CreateTopicsRequest{}
+	req := &kafkago.CreateTopicsRequest{}
 	for _, topic := range topics {
-		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1})
+		req.Topics = append(req.Topics, kafkago.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1})
 	}
 	res, err := client.CreateTopics(ctx, req)
 	if err != nil {
 		t.Fatalf("kafkatest: create topics %v: %v", topics, err)
 	}
 	for topic, err := range res.Errors {
-		if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		if err != nil && !errors.Is(err, kafkago.TopicAlreadyExists) {
 			t.Fatalf("kafkatest: create topic %s: %v", topic, err)
 		}
 	}
@@ -164,7 +164,7 @@ func CreateTopics(t testing.TB, brokers []string, partitions int, topics ...stri
 // partition and offset: n or more of them, so duplicates that an
 // at-least-once writer left are kept. It fails the test if that takes longer
 // than timeout. (It counts offsets, so it suits topics without transactions.)
-func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.Duration) []kafka.Message {
+func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.Duration) []kafkago.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -189,7 +189,7 @@ func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.D
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
-		msgs  []kafka.Message
+		msgs  []kafkago.Message
 		short []string
 	)
 	for p := range end {
@@ -211,7 +211,7 @@ func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.D
 		slices.Sort(short)
 		t.Fatalf("kafkatest: read %s: %s", topic, strings.Join(short, "; "))
 	}
-	slices.SortFunc(msgs, func(a, b kafka.Message) int {
+	slices.SortFunc(msgs, func(a, b kafkago.Message) int {
 		if a.Partition != b.Partition {
 			return a.Partition - b.Partition
 		}
@@ -221,8 +221,8 @@ func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.D
 }
 
 // readPartition reads the records of one partition in offsets [from, to).
-func readPartition(ctx context.Context, brokers []string, topic string, partition int, from, to int64) ([]kafka.Message, error) {
-	r := kafka.NewReader(kafka.ReaderConfig{
+func readPartition(ctx context.Context, brokers []string, topic string, partition int, from, to int64) ([]kafkago.Message, error) {
+	r := kafkago.NewReader(kafkago.ReaderConfig{
 		Brokers:        brokers,
 		Topic:          topic,
 		Partition:      partition,
@@ -235,7 +235,7 @@ func readPartition(ctx context.Context, brokers []string, topic string, partitio
 	if err := r.SetOffset(from); err != nil {
 		return nil, err
 	}
-	var msgs []kafka.Message
+	var msgs []kafkago.Message
 	for {
 		m, err := r.ReadMessage(ctx)
 		if err != nil {
@@ -320,9 +320,9 @@ func offsetRange(ctx context.Context, brokers []string, topic string) (first, en
 	}
 	client, done := newClient(brokers)
 	defer done()
-	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	req := &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{}}
 	for _, p := range parts {
-		req.Topics[topic] = append(req.Topics[topic], kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
+		req.Topics[topic] = append(req.Topics[topic], kafkago.FirstOffsetOf(p), kafkago.LastOffsetOf(p))
 	}
 	res, err := client.ListOffsets(ctx, req)
 	if err != nil {
@@ -348,11 +348,11 @@ func committedOffsets(ctx context.Context, brokers []string, group, topic string
 	}
 	client, done := newClient(brokers)
 	defer done()
-	res, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	res, err := client.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
 	if err != nil {
 		return nil, fmt.Errorf("fetch offsets of group %s: %w", group, err)
 	}
-	if errors.Is(res.Error, kafka.GroupIdNotFound) {
+	if errors.Is(res.Error, kafkago.GroupIdNotFound) {
 		return map[int]int64{}, nil // kfake's answer for a group that never committed
 	}
 	if res.Error != nil {
@@ -376,7 +376,7 @@ func committedOffsets(ctx context.Context, brokers []string, group, topic string
 func partitionsOf(ctx context.Context, brokers []string, topic string) ([]int, error) {
 	client, done := newClient(brokers)
 	defer done()
-	res, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	res, err := client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
@@ -403,12 +403,12 @@ func partitionsOf(ctx context.Context, brokers []string, topic string) ([]int, e
 		slices.Sort(parts)
 		return parts, nil
 	}
-	return nil, fmt.Errorf("topic %s: %w", topic, kafka.UnknownTopicOrPartition)
+	return nil, fmt.Errorf("topic %s: %w", topic, kafkago.UnknownTopicOrPartition)
 }
 
-func newClient(brokers []string) (*kafka.Client, func()) {
-	tr := &kafka.Transport{DialTimeout: 10 * time.Second}
-	return &kafka.Client{Addr: kafka.TCP(brokers...), Transport: tr, Timeout: opTimeout}, tr.CloseIdleConnections
+func newClient(brokers []string) (*kafkago.Client, func()) {
+	tr := &kafkago.Transport{DialTimeout: 10 * time.Second}
+	return &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr, Timeout: opTimeout}, tr.CloseIdleConnections
 }
 
 // poll calls cond every 50 ms until it reports true or ctx ends, and
@@ -442,7 +442,7 @@ func EvictMembers(t testing.TB, brokers []string) {
 	defer cancel()
 	client, done := newClient(brokers)
 	defer done()
-	groups, err := client.ListGroups(ctx, &kafka.ListGroupsRequest{})
+	groups, err := client.ListGroups(ctx, &kafkago.ListGroupsRequest{})
 	if err == nil {
 		err = groups.Error
 	}
@@ -450,23 +450,23 @@ func EvictMembers(t testing.TB, brokers []string) {
 		t.Fatalf("kafkatest: list groups: %v", err)
 	}
 	for _, g := range groups.Groups {
-		desc, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{g.GroupID}})
+		desc, err := client.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{g.GroupID}})
 		if err != nil {
 			t.Fatalf("kafkatest: describe group %s: %v", g.GroupID, err)
 		}
-		var members []kafka.LeaveGroupRequestMember
+		var members []kafkago.LeaveGroupRequestMember
 		for _, dg := range desc.Groups {
 			if dg.Error != nil {
 				t.Fatalf("kafkatest: describe group %s: %v", g.GroupID, dg.Error)
 			}
 			for _, m := range dg.Members {
-				members = append(members, kafka.LeaveGroupRequestMember{ID: m.MemberID})
+				members = append(members, kafkago.LeaveGroupRequestMember{ID: m.MemberID})
 			}
 		}
 		if len(members) == 0 {
 			continue
 		}
-		res, err := client.LeaveGroup(ctx, &kafka.LeaveGroupRequest{GroupID: g.GroupID, Members: members})
+		res, err := client.LeaveGroup(ctx, &kafkago.LeaveGroupRequest{GroupID: g.GroupID, Members: members})
 		if err == nil {
 			err = res.Error
 		}
@@ -474,7 +474,7 @@ func EvictMembers(t testing.TB, brokers []string) {
 			t.Fatalf("kafkatest: evict the members of group %s: %v", g.GroupID, err)
 		}
 		for _, m := range res.Members {
-			if m.Error != nil && !errors.Is(m.Error, kafka.UnknownMemberId) {
+			if m.Error != nil && !errors.Is(m.Error, kafkago.UnknownMemberId) {
 				t.Fatalf("kafkatest: evict member %s of group %s: %v", m.ID, g.GroupID, m.Error)
 			}
 		}

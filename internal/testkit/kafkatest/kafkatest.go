@@ -28,7 +28,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -54,17 +54,17 @@ func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
 
 // Dialer returns a kafka-go dialer that authenticates with the cluster's SASL
 // user, if any, and speaks TLS with clientTLS when it is not nil (see
-// [ClientTLS]). Use it for kafka.ReaderConfig.Dialer and kafka.DialContext.
-func (c *Cluster) Dialer(clientTLS *tls.Config) *kafka.Dialer {
-	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: clientTLS, SASLMechanism: c.mech}
+// [ClientTLS]). Use it for kafkago.ReaderConfig.Dialer and kafkago.DialContext.
+func (c *Cluster) Dialer(clientTLS *tls.Config) *kafkago.Dialer {
+	return &kafkago.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: clientTLS, SASLMechanism: c.mech}
 }
 
 // Transport returns a kafka-go transport with the same security as
-// [Cluster.Dialer], for a kafka.Writer or kafka.Client. Its idle connections
+// [Cluster.Dialer], for a kafkago.Writer or kafkago.Client. Its idle connections
 // are closed when the test ends.
-func (c *Cluster) Transport(t testing.TB, clientTLS *tls.Config) *kafka.Transport {
+func (c *Cluster) Transport(t testing.TB, clientTLS *tls.Config) *kafkago.Transport {
 	t.Helper()
-	tr := &kafka.Transport{DialTimeout: 10 * time.Second, TLS: clientTLS, SASL: c.mech}
+	tr := &kafkago.Transport{DialTimeout: 10 * time.Second, TLS: clientTLS, SASL: c.mech}
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
 }

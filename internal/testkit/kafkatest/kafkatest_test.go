@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -31,10 +31,10 @@ func roundTrip(t *testing.T, brokers []string, partitions, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := kafkatest.NewWriter(t, brokers, topic)
-	msgs := make([]kafka.Message, n)
+	msgs := make([]kafkago.Message, n)
 	for i := range msgs {
 		// 10 orders, several events each: the key decides the partition.
-		msgs[i] = kafka.Message{Key: fmt.Appendf(nil, "ord-%d", i%10), Value: fmt.Appendf(nil, "event-%d", i)}
+		msgs[i] = kafkago.Message{Key: fmt.Appendf(nil, "ord-%d", i%10), Value: fmt.Appendf(nil, "event-%d", i)}
 	}
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatalf("write: %v", err)
@@ -52,7 +52,7 @@ func roundTrip(t *testing.T, brokers []string, partitions, n int) {
 		t.Fatalf("end offsets add up to %d, want %d: %v", total, n, ends)
 	}
 
-	r := kafka.NewReader(kafkatest.FastReaderConfig(brokers, group, topic))
+	r := kafkago.NewReader(kafkatest.FastReaderConfig(brokers, group, topic))
 	defer func() {
 		if err := r.Close(); err != nil {
 			t.Errorf("close reader: %v", err)
@@ -64,7 +64,7 @@ func roundTrip(t *testing.T, brokers []string, partitions, n int) {
 		m, err := r.FetchMessage(ctx)
 		// A broker just started may still be loading the group's
 		// coordinator state: kafka-go hands that back, marked temporary.
-		for kerr := kafka.Error(0); errors.As(err, &kerr) && kerr.Temporary(); {
+		for kerr := kafkago.Error(0); errors.As(err, &kerr) && kerr.Temporary(); {
 			m, err = r.FetchMessage(ctx)
 		}
 		if err != nil {
@@ -119,9 +119,9 @@ func TestFakeReadAll(t *testing.T) {
 	w := kafkatest.NewWriter(t, c.Brokers(), "t")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var msgs []kafka.Message
+	var msgs []kafkago.Message
 	for i := range 5 {
-		msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
+		msgs = append(msgs, kafkago.Message{Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)})
 	}
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatalf("write: %v", err)
@@ -177,13 +177,13 @@ func TestFakeSecure(t *testing.T) {
 
 			w := kafkatest.NewWriter(t, c.Brokers(), "secure")
 			w.Transport = c.Transport(t, clientTLS)
-			if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("k"), Value: []byte("v")}); err != nil {
+			if err := w.WriteMessages(ctx, kafkago.Message{Key: []byte("k"), Value: []byte("v")}); err != nil {
 				t.Fatalf("write over TLS with SASL %s: %v", mech, err)
 			}
 
 			cfg := kafkatest.FastReaderConfig(c.Brokers(), "g", "secure")
 			cfg.Dialer = c.Dialer(clientTLS)
-			r := kafka.NewReader(cfg)
+			r := kafkago.NewReader(cfg)
 			defer r.Close()
 			m, err := r.FetchMessage(ctx)
 			if err != nil {
@@ -194,7 +194,7 @@ func TestFakeSecure(t *testing.T) {
 			}
 
 			// The cluster does enforce both: no TLS, or a wrong password, is refused.
-			plainConn, err := kafka.DialContext(ctx, "tcp", c.Brokers()[0])
+			plainConn, err := kafkago.DialContext(ctx, "tcp", c.Brokers()[0])
 			if err == nil {
 				_, err = plainConn.ApiVersions()
 				plainConn.Close()
@@ -202,7 +202,7 @@ func TestFakeSecure(t *testing.T) {
 			if err == nil {
 				t.Error("a plaintext client was answered by a TLS cluster")
 			}
-			d := &kafka.Dialer{Timeout: 10 * time.Second, TLS: clientTLS, SASLMechanism: mechanism(t, mech, "billing", "wrong")}
+			d := &kafkago.Dialer{Timeout: 10 * time.Second, TLS: clientTLS, SASLMechanism: mechanism(t, mech, "billing", "wrong")}
 			if conn, err := d.DialContext(ctx, "tcp", c.Brokers()[0]); err == nil {
 				conn.Close()
 				t.Error("a wrong password was accepted")

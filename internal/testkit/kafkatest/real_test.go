@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/internal/testkit/kafkatest"
 )
@@ -48,10 +48,10 @@ func TestRealRestart(t *testing.T) {
 	topic, group := kafkatest.UniqueName(t, "kept"), kafkatest.UniqueName(t, "g")
 	kafkatest.CreateTopics(t, c.Brokers(), 1, topic)
 	w := kafkatest.NewWriter(t, c.Brokers(), topic)
-	if err := w.WriteMessages(context.Background(), kafka.Message{Value: []byte("before")}); err != nil {
+	if err := w.WriteMessages(context.Background(), kafkago.Message{Value: []byte("before")}); err != nil {
 		t.Fatal(err)
 	}
-	r := kafka.NewReader(kafkatest.FastReaderConfig(c.Brokers(), group, topic))
+	r := kafkago.NewReader(kafkatest.FastReaderConfig(c.Brokers(), group, topic))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	m, err := r.FetchMessage(ctx)
