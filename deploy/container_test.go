@@ -360,8 +360,11 @@ func buildInputs(t *testing.T) []string {
 			for _, pat := range strings.Fields(string(m[1])) {
 				pat = strings.TrimPrefix(strings.Trim(pat, "\"`"), "all:")
 				matches, err := filepath.Glob(filepath.Join(filepath.Dir(path), pat))
-				if err != nil || len(matches) == 0 {
-					return fmt.Errorf("%s: //go:embed %s matches nothing (%v)", rel, pat, err)
+				if err != nil {
+					return fmt.Errorf("%s: //go:embed %s: %w", rel, pat, err)
+				}
+				if len(matches) == 0 {
+					return fmt.Errorf("%s: //go:embed %s matches nothing", rel, pat)
 				}
 				for _, mt := range matches {
 					if err := filepath.WalkDir(mt, func(p string, de fs.DirEntry, err error) error {

@@ -64,7 +64,7 @@ var allComponents = []string{compMonitoring, compHPA, compKEDA, compTracing}
 // kustomizations are what forEachKustomization renders: the base with every
 // combination of components that go together (all but HPA with KEDA), the
 // example overlay, and the overlay with the HPA instead of KEDA.
-var kustomizations = append(combinations(func(c map[string]bool) bool { return !(c[compHPA] && c[compKEDA]) }), overlayDir, overlayHPA, overlayTracing)
+var kustomizations = append(combinations(func(c map[string]bool) bool { return !c[compHPA] || !c[compKEDA] }), overlayDir, overlayHPA, overlayTracing)
 
 // combinations returns "base" plus every subset of allComponents that keep
 // accepts, as renderNow's names.

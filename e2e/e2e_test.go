@@ -210,7 +210,7 @@ func (e *env) start(args ...string) *proc {
 	e.t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			<-p.done //nolint:errcheck // only waits for the exit: Wait's error says the process was killed
 		}
 		if e.t.Failed() {
 			e.t.Logf("billing output (last 4 KiB):\n%s", tail(p.out.String(), 4096))
@@ -288,7 +288,7 @@ func (e *env) stop(p *proc) {
 func (e *env) kill(p *proc) {
 	e.t.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
+	<-p.done //nolint:errcheck // only waits for the exit: Wait's error says the process was killed
 }
 
 // check verifies the exactly-once invariants after a run.

@@ -215,7 +215,7 @@ func (s *BillingService) charge(ctx context.Context, inv Invoice, attempt int64,
 			// Still pending: the next attempt is refused again and
 			// settles then. The settle error decides what happens to
 			// the event, so the refusal is only its text.
-			return "", fmt.Errorf("settle order %s %s: %w (after: %v)", inv.OrderID, settle.Status, serr, err)
+			return "", fmt.Errorf("settle order %s %s: %w (after: %s)", inv.OrderID, settle.Status, serr, err.Error())
 		case !ok:
 			return "", &AttemptBusyError{OrderID: inv.OrderID}
 		}

@@ -28,10 +28,10 @@ func (g *scriptedGateway) Charge(_ context.Context, req order.ChargeRequest) (or
 	if len(g.script) > 0 {
 		answer, g.script = g.script[0], g.script[1:]
 	}
-	switch answer {
-	case nil:
+	switch {
+	case answer == nil:
 		return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: fmt.Sprintf("ch-%d", len(g.keys))}, nil
-	case errDecline:
+	case errors.Is(answer, errDecline):
 		return order.ChargeResult{Status: order.ChargeDeclined}, nil
 	}
 	return order.ChargeResult{}, answer

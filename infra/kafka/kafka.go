@@ -32,7 +32,7 @@ type Settings struct {
 	TLSCAFile     string
 	SASLMechanism string // "", "plain", "scram-sha-256", "scram-sha-512"
 	SASLUsername  string
-	SASLPassword  string //nolint:gosec // never logged: Settings has no String and is not logged
+	SASLPassword  string // never logged: Settings has no String and is not logged
 }
 
 // Cluster is how to reach the Kafka cluster: the brokers, the client id and

@@ -43,9 +43,11 @@ func uuidV7Floor(t time.Time) uuid.UUID {
 
 // uuidV7Time returns the time in u's 48-bit millisecond timestamp field.
 func uuidV7Time(u uuid.UUID) time.Time {
-	var b [8]byte
-	copy(b[2:], u[:6])
-	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:]))).UTC()
+	var ms int64
+	for _, b := range u[:6] {
+		ms = ms<<8 | int64(b)
+	}
+	return time.UnixMilli(ms).UTC()
 }
 
 // utcDay returns the start of t's UTC day.

@@ -123,7 +123,7 @@ func TestTranslateError(t *testing.T) {
 	})
 	t.Run("typed errors are not wrapped again", func(t *testing.T) {
 		t.Parallel()
-		if got := postgres.TranslateError(outage); got != outage {
+		if got := postgres.TranslateError(outage); got != outage { //nolint:errorlint // identity is the point: a wrapped outage would pass errors.Is
 			t.Errorf("TranslateError(outage) = %v, want the same error", got)
 		}
 	})

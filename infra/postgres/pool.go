@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -56,6 +57,9 @@ func OpenPool(ctx context.Context, dsn string, maxConns int, opts ...PoolOption)
 		// pgx redacts the password on a best-effort basis only, and a
 		// wrapped *url.Error quotes the whole URL: report no text.
 		return nil, errors.New("postgres: cannot parse the database DSN (details withheld: they may include the password)")
+	}
+	if maxConns > math.MaxInt32 { // pgx keeps the size in an int32
+		return nil, fmt.Errorf("postgres: pool size %d is above %d", maxConns, math.MaxInt32)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = int32(maxConns)

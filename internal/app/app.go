@@ -151,7 +151,7 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	a.pause.SetProbe(order.DependencyPostgres, a.store.Ping)
 	a.pause.SetProbe(order.DependencyKafka, a.kc.Ping)
 
-	if a.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+	if a.ln, err = new(net.ListenConfig).Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
 	}
 	a.onClose(func() { _ = a.ln.Close() })
@@ -510,7 +510,7 @@ func (a *App) kafkaFatal(err error) error {
 		errors.Is(err, kafkago.UnsupportedSASLMechanism):
 		return fmt.Errorf("kafka: SASL authentication failed for user %q: check BILLING_KAFKA_SASL_USERNAME, BILLING_KAFKA_SASL_PASSWORD and BILLING_KAFKA_SASL_MECHANISM", a.cfg.KafkaSASLUsername)
 	case errors.As(err, &certErr):
-		return fmt.Errorf("kafka: TLS certificate not trusted (%v): check BILLING_KAFKA_TLS_CA_FILE", certErr.Err)
+		return fmt.Errorf("kafka: TLS certificate not trusted (%w): check BILLING_KAFKA_TLS_CA_FILE", certErr.Err)
 	}
 	return nil
 }

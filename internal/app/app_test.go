@@ -106,7 +106,7 @@ func (h *harness) start() {
 // startWith is start with other tuning.
 func (h *harness) startWith(tune Tuning) {
 	h.t.Helper()
-	var w io.Writer = io.Discard
+	w := io.Discard
 	if testing.Verbose() {
 		w = testWriter{h.t}
 	}

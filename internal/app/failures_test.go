@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -92,7 +91,7 @@ func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
 	if n, err := replay.Run(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{Since: time.Now().Add(time.Hour)}, log); err != nil || n != 0 {
 		t.Errorf("replay --since in the future: %d, %v; want 0", n, err)

@@ -64,7 +64,7 @@ func TestInvoiceEventsPublished(t *testing.T) {
 			t.Errorf("record key %q, want the order id %q", r.Key, v.OrderID)
 		}
 		if v.OrderID == "ord-traced" {
-			if tp := string(headers(r)["traceparent"]); !strings.Contains(tp, traceID) {
+			if tp := headers(r)["traceparent"]; !strings.Contains(tp, traceID) {
 				t.Errorf("InvoiceCharged of ord-traced: traceparent %q, want trace %s", tp, traceID)
 			}
 		}

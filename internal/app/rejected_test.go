@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -49,7 +48,7 @@ func TestGateway400RejectedThenReplayCharges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	if n, err := replay.Run(context.Background(), kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{}, log); err != nil || n != 1 {
 		t.Fatalf("replay: %d, %v; want 1", n, err)
 	}

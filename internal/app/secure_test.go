@@ -48,7 +48,7 @@ func TestKafkaTLSAndSCRAM(t *testing.T) {
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+			log := slog.New(slog.DiscardHandler)
 			ctx := context.Background()
 
 			// New reaches nothing; Run's start-up checks find the refusal.

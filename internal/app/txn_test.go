@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"slices"
 	"testing"
@@ -325,7 +324,7 @@ func replayCopiesCommittedOnly(t *testing.T, kc *kafkaclient.Cluster, brokers []
 	produceSteps(t, brokers, dlq,
 		plain(rec("k", "d0")), committed(rec("k", "d1")), aborted(rec("k", "e1")),
 		committed(rec("k", "d2"), rec("k", "d3")), aborted(rec("k", "e2")))
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if n, err := replay.Run(ctx, kc, dlq, target, replay.Options{DryRun: true}, log); err != nil || n != 4 {

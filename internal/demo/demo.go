@@ -185,11 +185,19 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 	runErr := make(chan error, 1)
 	start := time.Now()
 	go func() { runErr <- a.Run(runCtx) }()
+	// halt stops the service and waits for it to return, on the ways out
+	// that already carry an error; an error the service returned is joined
+	// to it (a stopped service returns none).
+	halt := func(err error) error {
+		stop()
+		if serviceErr := <-runErr; serviceErr != nil {
+			return errors.Join(err, serviceErr)
+		}
+		return err
+	}
 
 	if err := produce(ctx, brokers, records); err != nil {
-		stop()
-		<-runErr
-		return nil, err
+		return nil, halt(err)
 	}
 	fmt.Fprintf(out, "billing demo: produced %d records on %s (6 partitions); the service is working…\n", len(records), topic)
 
@@ -206,25 +214,19 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 			break
 		}
 		if time.Now().After(deadline) {
-			stop()
-			<-runErr
-			return nil, fmt.Errorf("timed out: %d of %d records final (log: %s)", total-outcomes["retried"], len(records), o.LogFile)
+			return nil, halt(fmt.Errorf("timed out: %d of %d records final (log: %s)", total-outcomes["retried"], len(records), o.LogFile))
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
 		case <-ctx.Done():
-			stop()
-			<-runErr
-			return nil, ctx.Err()
+			return nil, halt(ctx.Err())
 		}
 	}
 	elapsed := time.Since(start)
 	// Billing's decisions leave through the outbox: wait for the relay to
 	// empty it before stopping.
 	if err := waitOutboxEmpty(ctx, dsn, deadline); err != nil {
-		stop()
-		<-runErr
-		return nil, err
+		return nil, halt(err)
 	}
 	stop()
 	if err := <-runErr; err != nil {
@@ -426,7 +428,10 @@ func waitOutboxEmpty(ctx context.Context, dsn string, deadline time.Time) error 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out: %d invoice events still in the outbox (%v)", st.Pending, err)
+			if err != nil {
+				return fmt.Errorf("timed out: %d invoice events still in the outbox (%w)", st.Pending, err)
+			}
+			return fmt.Errorf("timed out: %d invoice events still in the outbox", st.Pending)
 		}
 		select {
 		case <-time.After(50 * time.Millisecond):

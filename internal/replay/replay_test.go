@@ -3,7 +3,6 @@ package replay_test
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -21,7 +20,7 @@ import (
 	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newConn(t *testing.T, brokers []string) *kafkaclient.Cluster {
 	t.Helper()

@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -92,7 +91,7 @@ func newRig(t *testing.T) *rig {
 func (r *rig) run(t *testing.T, tier int, topic, group string, h MessageHandler, w MessageWriter) func() {
 	t.Helper()
 	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, group, topic))
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	pause := NewPause(r.m.ConsumerPaused, log)
 	c := NewConsumer(reader, h, NewRouter(NewClientWriter(w), r.routes, r.m, pause, log), pause, r.m, log,
 		Options{Tier: tier, MaxInFlight: 4,

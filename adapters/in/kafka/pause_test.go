@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -19,7 +18,7 @@ import (
 func newTestPause(t *testing.T) (*Pause, prometheus.Gauge) {
 	t.Helper()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "paused"})
-	return NewPause(g, slog.New(slog.NewJSONHandler(io.Discard, nil))), g
+	return NewPause(g, slog.New(slog.DiscardHandler)), g
 }
 
 // Readiness is the pause's own state: not ready until started, not ready

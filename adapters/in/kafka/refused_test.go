@@ -3,7 +3,6 @@ package kafka
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -107,7 +106,7 @@ func (r *refusedRig) consume(t *testing.T) (stop func()) {
 		t.Fatal(err)
 	}
 	w, closeW := kc.NewWriter()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	pause := NewPause(r.paused, log)
 	routes := Routes{Group: r.group, RetryTopics: []string{r.tier}, DLQTopic: r.dl, Policy: fastPolicy(time.Second)}
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) {
@@ -351,7 +350,7 @@ func TestRefusedSeriesFromTheStart(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, false)
-	NewRouter(nil, Routes{RetryTopics: []string{"t.1"}, DLQTopic: "d"}, m, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	NewRouter(nil, Routes{RetryTopics: []string{"t.1"}, DLQTopic: "d"}, m, nil, slog.New(slog.DiscardHandler))
 	n, err := testutil.GatherAndCount(reg, "billing_routed_writes_total")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package kafka
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -138,7 +137,7 @@ func (w *committedWatch) moves() []string {
 // the returned function stops it and waits for Run to return.
 func member(t *testing.T, brokers []string, group, topic, name string, h MessageHandler) func() {
 	t.Helper()
-	return memberWith(t, brokers, group, topic, name, h, slog.New(slog.NewTextHandler(io.Discard, nil)), 100*time.Millisecond)
+	return memberWith(t, brokers, group, topic, name, h, slog.New(slog.DiscardHandler), 100*time.Millisecond)
 }
 
 // memberWith is member with its own logger and revoke grace.

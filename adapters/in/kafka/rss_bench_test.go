@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"runtime"
@@ -48,7 +47,7 @@ func BenchmarkConsumerPeakRSS(b *testing.B) {
 		before := procStatusKiB(b, "VmHWM")
 
 		m := metrics.New(prometheus.NewRegistry(), false)
-		log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+		log := slog.New(slog.DiscardHandler)
 		pause := NewPause(m.ConsumerPaused, log)
 		src := newTestSource(b, kafkatest.FastReaderConfig(brokers, group, topic))
 		h := decodingHandler{}

@@ -2,6 +2,7 @@ package httpgateway
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -88,7 +89,7 @@ func newBreaker(s BreakerSettings, log *slog.Logger) (*gobreaker.CircuitBreaker[
 	}
 	bucket := max(s.Window/breakerBuckets, time.Millisecond)
 	verdictOf := func(err error) verdict {
-		if j, ok := err.(*judged); ok { // Charge's closure wraps every error it returns
+		if j, ok := errors.AsType[*judged](err); ok { // Charge's closure wraps every error it returns
 			return j.v
 		}
 		return verdictHealthy // nil: a charge or a decline

@@ -208,8 +208,9 @@ func (e *env) collectFacts(ctx context.Context) error {
 	mem := "?"
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		var kb int64
-		fmt.Sscanf(string(b), "MemTotal: %d kB", &kb)
-		mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+		if _, err := fmt.Sscanf(string(b), "MemTotal: %d kB", &kb); err == nil {
+			mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+		}
 	}
 	pgbenchVer, _ := exec.CommandContext(ctx, e.pgbench, "--version").Output()
 	e.facts = []string{

@@ -105,7 +105,7 @@ func runFlood(ctx context.Context, e *env, o options, name string, headers bool,
 		return r, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(e.bin, "run")
+	cmd := exec.CommandContext(ctx, e.bin, "run")
 	cmd.Env = e.serviceEnv(map[string]string{
 		"BILLING_KAFKA_TOPIC":              topic,
 		"BILLING_KAFKA_GROUP_ID":           group,
@@ -128,7 +128,7 @@ func runFlood(ctx context.Context, e *env, o options, name string, headers bool,
 	defer func() {
 		if !stopped {
 			_ = cmd.Process.Kill()
-			<-exited
+			<-exited //nolint:errcheck // only waits for the exit: Wait's error says the process was killed
 		}
 	}()
 
@@ -144,7 +144,7 @@ func runFlood(ctx context.Context, e *env, o options, name string, headers bool,
 			return r, ctx.Err()
 		case err := <-exited:
 			stopped = true
-			return r, fmt.Errorf("billing exited before handling every event (%v); its log ends:\n%s", err, logTail(logf.Name()))
+			return r, fmt.Errorf("billing exited before handling every event (%w); its log ends:\n%s", exitError(err), logTail(logf.Name()))
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {

@@ -168,7 +168,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		return r, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(e.bin, "run")
+	cmd := exec.CommandContext(ctx, e.bin, "run")
 	vars := map[string]string{
 		"BILLING_KAFKA_TOPIC":              topic,
 		"BILLING_KAFKA_GROUP_ID":           group,
@@ -196,7 +196,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	defer func() {
 		if !stopped {
 			_ = cmd.Process.Kill()
-			<-exited
+			<-exited //nolint:errcheck // only waits for the exit: Wait's error says the process was killed
 		}
 	}()
 
@@ -237,7 +237,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 			return r, fmt.Errorf("%w with %v of %d events final; the service's log ends:\n%s", ctx.Err(), outcomes, n, logTail(logf.Name()))
 		case err := <-exited:
 			stopped = true
-			return r, fmt.Errorf("billing exited before handling every event (%v); its log ends:\n%s", err, logTail(logf.Name()))
+			return r, fmt.Errorf("billing exited before handling every event (%w); its log ends:\n%s", exitError(err), logTail(logf.Name()))
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
@@ -331,7 +331,11 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 			r.problems = append(r.problems, fmt.Sprintf("offsets not committed to the end 30s after the last event (lag %d, %v)", sum, err))
 			break
 		}
-		time.Sleep(scrapeInterval)
+		select {
+		case <-ctx.Done():
+			return r, fmt.Errorf("%w waiting for the offsets to be committed (lag %d)", ctx.Err(), sum)
+		case <-tick.C:
+		}
 	}
 
 	// Every invoice event published: the relay runs behind the settles.
@@ -574,6 +578,15 @@ func scrapeOutcomes(ctx context.Context, client *http.Client, url string, series
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// exitError is what cmd.Wait returned for a service that exited on its
+// own, as an error even when it exited 0.
+func exitError(err error) error {
+	if err == nil {
+		return errors.New("exit status 0")
+	}
+	return err
+}
 
 // logTail returns the last lines of a service log, for an error message.
 func logTail(path string) string {

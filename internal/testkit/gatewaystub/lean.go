@@ -267,7 +267,9 @@ func readLeanLine(br *bufio.Reader) (string, error) {
 	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"), nil
 }
 
-// writeLean writes rep as writeJSON does, with a Content-Length.
+// writeLean writes rep as writeJSON does, with a Content-Length. A
+// bufio.Writer keeps its first write error and returns it from Flush, which
+// the callers check, so the writes' own errors are not.
 func writeLean(bw *bufio.Writer, rep reply, closing bool) {
 	body, _ := json.Marshal(rep.body) // plain structs of strings
 	body = append(body, '\n')
@@ -276,11 +278,11 @@ func writeLean(bw *bufio.Writer, rep reply, closing bool) {
 		fmt.Fprintf(bw, "%s: %s\r\n", k, v)
 	}
 	if rep.replayed {
-		bw.WriteString(HeaderReplayed + ": true\r\n")
+		_, _ = bw.WriteString(HeaderReplayed + ": true\r\n")
 	}
 	if closing {
-		bw.WriteString("Connection: close\r\n")
+		_, _ = bw.WriteString("Connection: close\r\n")
 	}
-	bw.WriteString("\r\n")
-	bw.Write(body)
+	_, _ = bw.WriteString("\r\n")
+	_, _ = bw.Write(body)
 }

@@ -170,7 +170,7 @@ func (s *Stub) listen() (net.Listener, error) {
 	if s.srv != nil || s.lean.started() {
 		return nil, errors.New("gateway stub: already started")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("gateway stub: listen: %w", err)
 	}
@@ -219,7 +219,9 @@ func (s *Stub) Close() {
 			s.log.Warn("gateway stub: handlers still running at close", slog.Any("error", err))
 			_ = srv.Close()
 		}
-		<-serveErr // http.ErrServerClosed
+		if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+			s.log.Warn("gateway stub: serve", slog.Any("error", err))
+		}
 	})
 }
 

@@ -39,7 +39,9 @@ func Start(root, dir string) (*Broker, error) {
 	if _, err := exec.LookPath("java"); err != nil {
 		return nil, fmt.Errorf("%w: java not found (scripts/deps.sh installs it)", ErrUnavailable)
 	}
-	libs, err := exec.Command("bash", script, "libs").CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	libs, err := exec.CommandContext(ctx, "bash", script, "libs").CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, bytes.TrimSpace(libs))
 	}
@@ -69,7 +71,7 @@ func (b *Broker) start() error {
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("start broker: %v\n%s", err, out)
+		return fmt.Errorf("start broker: %w\n%s", err, out)
 	}
 	b.Log = string(out)
 	return nil
@@ -102,7 +104,7 @@ func (b *Broker) Stop() error {
 	cmd := exec.CommandContext(ctx, "bash", b.script, "stop", b.dir)
 	cmd.WaitDelay = 5 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("stop broker in %s: %v\n%s", b.dir, err, out)
+		return fmt.Errorf("stop broker in %s: %w\n%s", b.dir, err, out)
 	}
 	return nil
 }
@@ -111,7 +113,7 @@ func (b *Broker) Stop() error {
 func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)
 		}

@@ -82,7 +82,7 @@ func SharedReal(t testing.TB) *Cluster {
 	shared.once.Do(func() {
 		shared.mu.Lock()
 		defer shared.mu.Unlock()
-		shared.dir, shared.err = os.MkdirTemp("", "kafkatest-")
+		shared.dir, shared.err = os.MkdirTemp("", "kafkatest-") //nolint:usetesting // the broker outlives this test: every test of the binary shares it, StopShared removes it
 		if shared.err == nil {
 			shared.broker, shared.err = startReal(shared.dir)
 		}

@@ -98,7 +98,7 @@ func Start(t testing.TB, upstreamDSN string, opts Options) *Bouncer {
 			t.Fatalf("pgbouncertest: %v", err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "pgbouncertest-")
+	dir, err := os.MkdirTemp("", "pgbouncertest-") //nolint:usetesting // the postgres user must reach it, and t.TempDir's parent is 0700
 	if err != nil {
 		t.Fatalf("pgbouncertest: %v", err)
 	}
@@ -264,7 +264,7 @@ pidfile =
 func (b *Bouncer) launch(bin string, cred *syscall.Credential) error {
 	b.log = &bytes.Buffer{}
 	b.exited = make(chan struct{})
-	cmd := exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini"))
+	cmd := exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini")) //nolint:noctx // pgbouncer outlives the call that started it; Stop ends it
 	cmd.Dir = b.dir
 	cmd.Stdout, cmd.Stderr = b.log, b.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}

@@ -1,12 +1,14 @@
 package pgcluster
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,8 +26,8 @@ import (
 // Any problem with the cache falls back to running initdb.
 
 // cacheKey names the cache entry for these binaries and initdb arguments.
-func (c *Cluster) cacheKey(args []string) (string, error) {
-	version, err := exec.Command(filepath.Join(c.bin, "postgres"), "--version").Output()
+func (c *Cluster) cacheKey(ctx context.Context, args []string) (string, error) {
+	version, err := exec.CommandContext(ctx, filepath.Join(c.bin, "postgres"), "--version").Output()
 	if err != nil {
 		return "", fmt.Errorf("postgres --version: %w", err)
 	}
@@ -68,7 +70,7 @@ func (c *Cluster) fromCache(key string) bool {
 		return false
 	}
 	if err := copyTree(src, c.dir); err != nil {
-		c.log.Warn("initdb cache unusable, running initdb", "error", err)
+		c.log.Warn("initdb cache unusable, running initdb", slog.Any("error", err))
 		c.emptyDir()
 		return false
 	}
@@ -93,7 +95,7 @@ func (c *Cluster) toCache(key string) {
 	}
 	defer os.RemoveAll(tmp)
 	if err := copyTree(c.dir, tmp); err != nil {
-		c.log.Warn("cannot fill the initdb cache", "error", err)
+		c.log.Warn("cannot fill the initdb cache", slog.Any("error", err))
 		return
 	}
 	_ = os.Rename(tmp, dst) // fails harmlessly when another process won

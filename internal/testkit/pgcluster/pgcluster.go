@@ -255,7 +255,9 @@ func (c *Cluster) Dir() string { return c.dir }
 // `pg_config --bindir` names when it holds initdb and postgres, otherwise the
 // highest version under /usr/lib/postgresql/*/bin (Debian's layout).
 func FindBinDir() (string, error) {
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "pg_config", "--bindir").Output(); err == nil {
 		if dir := strings.TrimSpace(string(out)); hasServer(dir) {
 			return dir, nil
 		}
@@ -403,7 +405,7 @@ func (c *Cluster) initdb(ctx context.Context) error {
 		return nil
 	}
 	args := []string{"--auth=trust", "-U", superuser, "--encoding=UTF8", "--no-locale"}
-	key, keyErr := c.cacheKey(args)
+	key, keyErr := c.cacheKey(ctx, args)
 	if entries, err := os.ReadDir(c.dir); err == nil && len(entries) == 0 && keyErr == nil && c.fromCache(key) {
 		if err := c.chownData(); err != nil {
 			return err
@@ -443,9 +445,7 @@ func (c *Cluster) launch(port int) (*process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: open log: %w", err)
 	}
-	// Not CommandContext: the postmaster outlives the ctx of the call that
-	// started it; Stop ends it.
-	cmd := exec.Command(filepath.Join(c.bin, "postgres"), args...)
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), args...) //nolint:noctx // the postmaster outlives the call that started it; Stop ends it
 	cmd.Dir = c.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT}
@@ -513,7 +513,11 @@ func PollReady(ctx context.Context, what string, exited <-chan struct{}, exitErr
 	for {
 		select {
 		case <-exited:
-			return fmt.Errorf("%s exited (%v) before accepting connections:\n%s", what, exitErr(), tail())
+			err := exitErr()
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return fmt.Errorf("%s exited (%w) before accepting connections:\n%s", what, err, tail())
 		default:
 		}
 		if lastErr = check(ctx); lastErr == nil {
@@ -590,7 +594,7 @@ func stopProcess(ctx context.Context, p *process) error {
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
 	}
