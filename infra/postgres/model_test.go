@@ -21,7 +21,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
-	"github.com/acme/billing/internal/pgtest"
+	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 // TestModel is issue 22's model of every actor: a state-machine property
