@@ -10,6 +10,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/infra/postgres"
@@ -230,7 +231,7 @@ func TestMigrateOutsideTransactionConcurrent(t *testing.T) {
 func TestMigrateWaitsWithoutASnapshot(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	pool, _ := pgtest.NewEmptyDB(t)
+	pool, dsn := pgtest.NewEmptyDB(t)
 	holder, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -246,13 +247,36 @@ func TestMigrateWaitsWithoutASnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Migrate gets a pool of its own whose tracer says when it tries the
+	// lock a second time: it has then been refused once and is waiting
+	// between tries. (pg_stat_activity cannot say so: between two tries the
+	// connection's last query is the ROLLBACK.) A Migrate that waited inside
+	// pg_advisory_xact_lock instead would never try twice; pg_stat_activity
+	// shows it blocked on the lock, and the index build below fails.
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := make(chan struct{})
+	cfg.ConnConfig.Tracer = &lockTries{after: 2, reached: tried}
+	migratorPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer migratorPool.Close()
+
 	migrated := make(chan error, 1)
-	go func() { migrated <- postgres.Migrate(ctx, pool) }()
-	poll.Until(t, "Migrate asking for the migration lock", 10*time.Second, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND query LIKE '%advisory_xact_lock%' AND pid <> pg_backend_pid()`).Scan(&n)
-		return err == nil && n > 0
+	go func() { migrated <- postgres.Migrate(ctx, migratorPool) }()
+	poll.Until(t, "Migrate waiting for the migration lock", 10*time.Second, func() bool {
+		select {
+		case <-tried:
+			return true
+		default:
+		}
+		var blocked bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE '%advisory_xact_lock%')`).Scan(&blocked)
+		return err == nil && blocked
 	})
 
 	conn, err := pool.Acquire(ctx)
@@ -282,3 +306,27 @@ func TestMigrateWaitsWithoutASnapshot(t *testing.T) {
 		t.Errorf("Migrate() after the lock was released: %v", err)
 	}
 }
+
+// lockTries is a pgx tracer that closes reached when the connections it
+// traces have started a query on the migration lock after times.
+type lockTries struct {
+	after   int
+	reached chan struct{}
+	mu      sync.Mutex
+	n       int
+}
+
+func (l *lockTries) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if !strings.Contains(data.SQL, "advisory_xact_lock") {
+		return ctx
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n++
+	if l.n == l.after {
+		close(l.reached)
+	}
+	return ctx
+}
+
+func (*lockTries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
