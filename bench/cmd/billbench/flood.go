@@ -290,7 +290,7 @@ func (r *result) floodReport(e *env, o options) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# billing — `make bench`, memory lines only\n\n")
-	p("Made %s by `go run ./bench/cmd/billbench %s` (%s in all).\n\n",
+	p("Made %s by `go -C bench run ./cmd/billbench %s` (%s in all).\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(o.args, " "), r.took.Round(time.Second))
 	for _, f := range e.facts {
 		p("- %s\n", f)
