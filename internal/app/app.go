@@ -6,7 +6,6 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -482,21 +480,13 @@ func (a *App) waitFor(ctx context.Context, dep order.Dependency, check func(cont
 	}
 }
 
-// postgresFatal names the variable when Postgres refuses our credentials
-// or its certificate is not trusted: waiting does not fix either.
+// postgresFatal names the variable when Postgres refuses our credentials,
+// the database is missing or its certificate is not trusted: waiting does
+// not fix any of them (postgres.Misconfigured, which billing migrate uses
+// too).
 func postgresFatal(err error) error {
-	var (
-		pgErr   *pgconn.PgError
-		certErr *tls.CertificateVerificationError
-		uaErr   x509.UnknownAuthorityError
-	)
-	switch {
-	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"):
-		return fmt.Errorf("postgres: authentication refused (SQLSTATE %s): check the user and password in BILLING_DATABASE_URL", pgErr.Code)
-	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
-		return errors.New("postgres: the database does not exist: check BILLING_DATABASE_URL")
-	case errors.As(err, &certErr), errors.As(err, &uaErr):
-		return errors.New("postgres: TLS certificate not trusted: check sslmode and sslrootcert in BILLING_DATABASE_URL")
+	if why := postgres.Misconfigured(err); why != "" {
+		return fmt.Errorf("postgres: %s: check BILLING_DATABASE_URL", why)
 	}
 	return nil
 }

@@ -342,6 +342,29 @@ func TestStartFailsWithoutMigrations(t *testing.T) {
 	}
 }
 
+// A database that does not exist is a mistake in the configuration, not an
+// outage: the process stops at start with one line naming the variable
+// (as billing migrate does), instead of waiting for ever.
+func TestStartFailsOnAMissingDatabase(t *testing.T) {
+	t.Parallel()
+	cl := pgtest.NewCluster(t)
+	kc := kafkatest.NewFake(t)
+	cfg := testConfig(kc.Brokers(), cl.DSN("no_such_db"), "http://127.0.0.1:1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := New(ctx, cfg, Tuning{Reader: kafkatest.FastReaderOptions()}, slog.New(slog.DiscardHandler))
+	if err == nil {
+		err = a.Run(ctx)
+	}
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("Run() = %v (context %v), want it to stop at once", err, ctx.Err())
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "does not exist") || !strings.Contains(msg, "BILLING_DATABASE_URL") || strings.Contains(msg, "\n") {
+		t.Errorf("error %q: want one line saying the database does not exist and naming BILLING_DATABASE_URL", msg)
+	}
+}
+
 // /readyz answers from the state the consumer acts on: the moment a held
 // event goes through after a Postgres outage, the process is ready again,
 // without waiting for a periodic re-check (which took up to 5 s).
