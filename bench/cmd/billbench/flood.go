@@ -5,12 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -18,7 +14,6 @@ import (
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
-	"github.com/acme/billing/internal/testkit/kafkabroker"
 )
 
 // The memory lines: peak RSS of the
@@ -95,42 +90,12 @@ func runFlood(ctx context.Context, e *env, o options, name string, headers bool,
 		return r, err
 	}
 	defer stub.Close()
-	ports, err := kafkabroker.FreePorts(1)
-	if err != nil {
-		return r, err
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	logf, err := os.Create(filepath.Join(e.outDir, "logs", name+".log"))
-	if err != nil {
-		return r, err
-	}
-	defer logf.Close()
-	cmd := exec.CommandContext(ctx, e.bin, "run")
-	cmd.Env = e.serviceEnv(map[string]string{
-		"BILLING_KAFKA_TOPIC":              topic,
-		"BILLING_KAFKA_GROUP_ID":           group,
-		"BILLING_KAFKA_RETRY_TOPIC_PREFIX": topic + ".retry",
-		"BILLING_KAFKA_DLQ_TOPIC":          topic + ".dlq",
-		"BILLING_PAYMENT_BASE_URL":         gwURL,
-		"BILLING_MAX_IN_FLIGHT":            strconv.Itoa(floodInFlight),
-		"BILLING_HTTP_ADDR":                addr,
-		"BILLING_LOG_LEVEL":                "info",
-	})
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return r, fmt.Errorf("start billing: %w", err)
+	proc, err := startBilling(ctx, e, name, topic, group, gwURL, floodInFlight, nil)
+	if err != nil {
+		return r, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-exited //nolint:errcheck // only waits for the exit: Wait's error says the process was killed
-		}
-	}()
+	defer proc.close()
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	defer client.CloseIdleConnections()
@@ -142,15 +107,14 @@ func runFlood(ctx context.Context, e *env, o options, name string, headers bool,
 		select {
 		case <-ctx.Done():
 			return r, ctx.Err()
-		case err := <-exited:
-			stopped = true
-			return r, fmt.Errorf("billing exited before handling every event (%w); its log ends:\n%s", exitError(err), logTail(logf.Name()))
+		case err := <-proc.exited:
+			return r, proc.died(err)
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
-			return r, fmt.Errorf("%d events not handled within 5m (%v so far); its log ends:\n%s", o.flood, outcomes, logTail(logf.Name()))
+			return r, fmt.Errorf("%d events not handled within 5m (%v so far); its log ends:\n%s", o.flood, outcomes, proc.logTail())
 		}
-		m, err := scrapeOutcomes(ctx, client, "http://"+addr+"/metrics", map[string]float64{})
+		m, err := scrapeOutcomes(ctx, client, proc.metricsURL(), map[string]float64{})
 		if err != nil {
 			continue
 		}
@@ -172,18 +136,11 @@ func runFlood(ctx context.Context, e *env, o options, name string, headers bool,
 		}
 	}
 	r.took = time.Since(start)
-	if r.hwm, err = vmHWM(cmd.Process.Pid); err != nil {
+	if r.hwm, err = vmHWM(proc.pid()); err != nil {
 		return r, err
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			r.problems = append(r.problems, fmt.Sprintf("billing exited with %v after SIGTERM", err))
-		}
-	case <-time.After(40 * time.Second):
-		r.problems = append(r.problems, "billing did not exit within 40s of SIGTERM")
+	if problem := proc.terminate(); problem != "" {
+		r.problems = append(r.problems, problem)
 	}
 	// A record of more headers than the service reads is dead-lettered as
 	// a stub, never handled (adapters/in/kafka: Record.HeadersDropped); a

@@ -212,7 +212,7 @@ func TestSmoke(t *testing.T) {
 	// with as the service reported it; the wide one has no ceiling.
 	dup := fmt.Sprintf("| 0 ms, dup | 2 | %d (", config.DefaultDBMaxConns(2))
 	wide := "| 0 ms, wide pool | 2 | 3 ("
-	for _, want := range []string{row, dup, wide, "| — | — | — | — |", "every outcome `duplicate`", "replace the concurrency targets where they are the same check", "(concurrency): at 0 ms, in-flight 2 reaches", "(throughput): highest peak RSS", "(grouping): at 0 ms, in-flight 2 on its default pool of ", "pgbench ceiling", "grouped ceiling, events/s (G)", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", cell{latency: 0, inFlight: 2}.clients()), "NOT the real broker", "No problem: every measured run"} {
+	for _, want := range []string{row, dup, wide, "| — | — | — | — |", "every outcome `duplicate`", "replace the concurrency targets where they are the same check", "(concurrency): at 0 ms, in-flight 2 reaches", "(throughput): highest peak RSS", "(grouping): at 0 ms, in-flight 2 on its default pool of ", "pgbench ceiling", "grouped ceiling, events/s (G)", "each to the ceiling measured just before it", "host (steal)", "pgbench runs: host CPU ", fmt.Sprintf("%% with %d clients (medians, %% of one core); steal", cell{latency: 0, inFlight: 2}.clients()), "NOT the real broker", "No problem: every measured run", "## Peak RSS with large records", "(memory): peak RSS with 160 records of "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

@@ -9,13 +9,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -24,7 +20,6 @@ import (
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
-	"github.com/acme/billing/internal/testkit/kafkabroker"
 )
 
 // cell is one configuration measured: gateway latency × in-flight, with the
@@ -158,47 +153,16 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	}
 	defer stub.Close()
 
-	ports, err := kafkabroker.FreePorts(1)
-	if err != nil {
-		return r, err
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	logf, err := os.Create(filepath.Join(e.outDir, "logs", name+".log"))
-	if err != nil {
-		return r, err
-	}
-	defer logf.Close()
-	cmd := exec.CommandContext(ctx, e.bin, "run")
-	vars := map[string]string{
-		"BILLING_KAFKA_TOPIC":              topic,
-		"BILLING_KAFKA_GROUP_ID":           group,
-		"BILLING_KAFKA_RETRY_TOPIC_PREFIX": topic + ".retry",
-		"BILLING_KAFKA_DLQ_TOPIC":          topic + ".dlq",
-		"BILLING_PAYMENT_BASE_URL":         gwURL,
-		"BILLING_MAX_IN_FLIGHT":            strconv.Itoa(c.inFlight),
-		"BILLING_HTTP_ADDR":                addr,
-		"BILLING_LOG_LEVEL":                "info",
-	}
+	var extra map[string]string
 	if c.conns > 0 {
-		vars["BILLING_DB_MAX_CONNS"] = strconv.Itoa(c.conns)
+		extra = map[string]string{"BILLING_DB_MAX_CONNS": strconv.Itoa(c.conns)}
 	}
-	cmd.Env = e.serviceEnv(vars)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The child must not outlive a driver that is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return r, fmt.Errorf("start billing: %w", err)
+	proc, err := startBilling(ctx, e, name, topic, group, gwURL, c.inFlight, extra)
+	if err != nil {
+		return r, err
 	}
-	pid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-exited //nolint:errcheck // only waits for the exit: Wait's error says the process was killed
-		}
-	}()
+	defer proc.close()
+	pid := proc.pid()
 
 	// Measure from billing_events_total: samples of (time, events final,
 	// CPU), the rate between the first sample at 10% of the events and the
@@ -211,7 +175,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	// Prometheus, scraping every 15-30 s, never takes from it.
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableCompression: true}}
 	defer client.CloseIdleConnections()
-	metricsURL := "http://" + addr + "/metrics"
+	metricsURL := proc.metricsURL()
 	// CPU is read from /proc only at the samples the figures use (the
 	// first, the first at 10% and at 90% of the events, the last): reading
 	// every process's stat five times a second cost the driver more CPU than
@@ -234,14 +198,13 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	for len(samples) == 0 || samples[len(samples)-1].total < float64(n) {
 		select {
 		case <-ctx.Done():
-			return r, fmt.Errorf("%w with %v of %d events final; the service's log ends:\n%s", ctx.Err(), outcomes, n, logTail(logf.Name()))
-		case err := <-exited:
-			stopped = true
-			return r, fmt.Errorf("billing exited before handling every event (%w); its log ends:\n%s", exitError(err), logTail(logf.Name()))
+			return r, fmt.Errorf("%w with %v of %d events final; the service's log ends:\n%s", ctx.Err(), outcomes, n, proc.logTail())
+		case err := <-proc.exited:
+			return r, proc.died(err)
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
-			return r, fmt.Errorf("%d events not handled within %s (%v so far); its log ends:\n%s", n, timeout, outcomes, logTail(logf.Name()))
+			return r, fmt.Errorf("%d events not handled within %s (%v so far); its log ends:\n%s", n, timeout, outcomes, proc.logTail())
 		}
 		series := map[string]float64{}
 		m, err := scrapeOutcomes(ctx, client, metricsURL, series)
@@ -342,15 +305,8 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	r.published, r.publishP50, r.publishP99 = waitPublished(ctx, client, metricsURL, outcomes)
 
 	// A clean drain: SIGTERM, exit 0.
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			r.problems = append(r.problems, fmt.Sprintf("billing exited with %v after SIGTERM", err))
-		}
-	case <-time.After(40 * time.Second):
-		r.problems = append(r.problems, "billing did not exit within 40s of SIGTERM")
+	if problem := proc.terminate(); problem != "" {
+		r.problems = append(r.problems, problem)
 	}
 
 	// Every event billed exactly once: by this run, or (dup) by the seed
@@ -578,22 +534,3 @@ func scrapeOutcomes(ctx context.Context, client *http.Client, url string, series
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
-
-// exitError is what cmd.Wait returned for a service that exited on its
-// own, as an error even when it exited 0.
-func exitError(err error) error {
-	if err == nil {
-		return errors.New("exit status 0")
-	}
-	return err
-}
-
-// logTail returns the last lines of a service log, for an error message.
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(len(lines)-20, 0):], "\n")
-}
