@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -309,14 +310,24 @@ func (c *Client) Charge(ctx context.Context, req order.ChargeRequest) (order.Cha
 const redialDelay = 50 * time.Millisecond
 
 // couldNotConnect reports whether err is a failure to open a connection
-// (refused, no route, DNS), before any byte of the request was sent.
+// (refused, no route, DNS), before any byte of the request was sent: not
+// when a connection carried the request before (carriedError).
 func couldNotConnect(err error) bool {
 	if err == nil {
+		return false
+	}
+	if _, ok := errors.AsType[carriedError](err); ok {
 		return false
 	}
 	var opErr *net.OpError
 	return errors.As(err, &opErr) && opErr.Op == "dial"
 }
+
+// carriedError is the error of a request that some connection carried,
+// whatever error ended it (a resend that could not dial).
+type carriedError struct{ error }
+
+func (e carriedError) Unwrap() error { return e.error }
 
 // chargeOnce is one call of Charge through the breaker.
 func (c *Client) chargeOnce(ctx context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
@@ -403,6 +414,13 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel() // after the body is read: the deadline covers it too
+	// Whether a connection ever carried the request: net/http's own resend
+	// (below) can fail to dial after a first connection carried it to the
+	// gateway, and that dial error must not pass for "nothing was sent".
+	var carried atomic.Bool
+	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { carried.Store(true) },
+	})
 	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, c.endpoint, bytes.NewReader(payload))
 	if err != nil { // the endpoint was checked by NewClient
 		return order.ChargeResult{}, verdictExcluded, &order.PermanentError{Op: op, Err: fmt.Errorf("build request: %w", redact(err))}
@@ -449,7 +467,11 @@ func (c *Client) post(ctx context.Context, req order.ChargeRequest) (order.Charg
 			return order.ChargeResult{}, verdictUnhealthy, &order.TransientError{Op: op,
 				Err: fmt.Errorf("POST %s: %w", c.redacted, redact(err))}
 		}
-		return c.noReply(ctx, rctx, resp, err)
+		res, v, err := c.noReply(ctx, rctx, resp, err)
+		if carried.Load() {
+			err = carriedError{err}
+		}
+		return res, v, err
 	}
 	res, v, err := c.reply(resp, raw)
 	if err != nil && answeredUnexecuted(resp.StatusCode) {
