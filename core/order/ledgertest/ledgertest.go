@@ -19,6 +19,7 @@ package ledgertest
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -278,6 +279,10 @@ type Runner struct {
 	ids      map[string]uuid.UUID
 	names    map[uuid.UUID]string
 	attempts map[string]int64
+	// expired is when the attempts of the last Expiring step have surely
+	// ended: the next step starts after it, since a ledger whose clock is
+	// this process's (Mem) can be called again within expiringLife.
+	expired time.Time
 }
 
 // NewRunner makes the ids of every event sc names, up front, so that its
@@ -309,6 +314,12 @@ func (s Step) terms() order.AttemptTerms {
 // t.Errorf, where it differs from what the step expects; false when it could
 // not run (an error it did not expect).
 func (r *Runner) Step(ctx context.Context, t *testing.T, l order.Ledger, i int, s Step) bool {
+	for time.Now().Before(r.expired) {
+		runtime.Gosched() // at most expiringLife
+	}
+	if s.life == expiringLife {
+		defer func() { r.expired = time.Now().Add(expiringLife) }()
+	}
 	orderID := r.prefix + s.order
 	switch s.op {
 	case opSettle:
