@@ -100,7 +100,7 @@ func (p *billingProc) terminate() string {
 func (p *billingProc) close() {
 	if !p.done {
 		_ = p.cmd.Process.Kill()
-		<-p.exited
+		<-p.exited //nolint:errcheck // only waits for the exit: Wait's error says the process was killed
 		p.done = true
 	}
 	_ = p.log.Close()
