@@ -98,16 +98,38 @@ func (s *BillingService) Terms() AttemptTerms { return s.terms }
 // order reopens it).
 func (s *BillingService) Bill(ctx context.Context, evt OrderConfirmedEvent) (Outcome, error) {
 	asked := s.now()
-	r, err := s.ledger.Reserve(ctx, Invoice{
-		OrderID:    evt.OrderID,
-		EventID:    evt.EventID,
-		CustomerID: evt.CustomerID,
-		Amount:     evt.TotalAmount,
-		Currency:   evt.Currency,
-		Status:     StatusPending,
-	}, s.group, s.terms)
+	reserve := func() (Reservation, error) {
+		r, err := s.ledger.Reserve(ctx, Invoice{
+			OrderID:    evt.OrderID,
+			EventID:    evt.EventID,
+			CustomerID: evt.CustomerID,
+			Amount:     evt.TotalAmount,
+			Currency:   evt.Currency,
+			Status:     StatusPending,
+		}, s.group, s.terms)
+		if err != nil {
+			return r, fmt.Errorf("reserve event %s: %w", evt.EventID, err)
+		}
+		return r, nil
+	}
+	r, err := reserve()
 	if err != nil {
-		return "", fmt.Errorf("reserve event %s: %w", evt.EventID, err)
+		return "", err
+	}
+	if r.Found && r.Invoice.Status == StatusRejected && !r.Reopened {
+		// The reserve decides a reopen on what its statement saw, and
+		// reads the invoice afterwards: another path's rejection that
+		// committed in between shows here as rejected and not reopened,
+		// by an event that may have been one to reopen it. Looking once
+		// more sees the rejection from the start (the event's dedup row
+		// now records its order, so a first-seen event reopens as a
+		// replay of the order's own would).
+		again, err := reserve()
+		if err != nil {
+			return "", err
+		}
+		again.FirstSeen = again.FirstSeen || r.FirstSeen
+		r = again
 	}
 	if !r.Found {
 		// The id was seen before, or keys another order's invoice: a
@@ -122,13 +144,13 @@ func (s *BillingService) Bill(ctx context.Context, evt OrderConfirmedEvent) (Out
 		}
 		return s.charge(ctx, inv, r.Attempt, asked)
 	case StatusHeld:
-		// A new event of an order a person has to decide on waits in the
+		// Every event of an order a person has to decide on waits in the
 		// DLQ for that decision, as the event that held it does; a seen
-		// one is a duplicate of what is there already.
-		if r.Held || r.FirstSeen {
-			return "", &HeldError{OrderID: inv.OrderID, Reason: inv.Reason}
-		}
-		return OutcomeDuplicate, nil
+		// one too, since it may come back because its DLQ write never
+		// completed (a crash, or a settle whose commit was lost): counted
+		// a duplicate, it would leave the record nowhere to be replayed
+		// from. A second copy in the DLQ is the lesser harm.
+		return "", &HeldError{OrderID: inv.OrderID, Reason: inv.Reason}
 	}
 	// Charged or declined; or rejected and not reopened by this event (a
 	// seen id that is neither the rejected key nor first seen for this

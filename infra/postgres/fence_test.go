@@ -344,8 +344,8 @@ func TestKeyReusedIsHeld(t *testing.T) {
 	if _, err := e.svc.Bill(ctx, event(t, "ord-1")); order.Classify(err) != order.ClassPermanent {
 		t.Errorf("a new event of the held order: error = %v, want permanent (to the DLQ, for the person)", err)
 	}
-	if _, err := e.svc.Bill(ctx, evt); err == nil {
-		t.Log("the replay of the 422'd event is a duplicate")
+	if _, err := e.svc.Bill(ctx, evt); order.Classify(err) != order.ClassPermanent {
+		t.Errorf("the 422'd event again: error = %v, want permanent (back to the DLQ, the invoice still held)", err)
 	}
 	if got := len(e.gw.keys()); got != 1 {
 		t.Errorf("gateway calls = %d, want 1: a held key is never sent again", got)
