@@ -97,7 +97,10 @@ func invoiceResolve(ctx context.Context, cfg config.Config, log *slog.Logger, ar
 	}
 	defer pool.Close()
 	terms := order.NewAttemptTerms(cfg.PaymentTimeout, cfg.GatewayKeyTTL)
-	before, after, err := postgres.NewStore(pool).Resolve(ctx, r.orderID, r.decision, terms.HoldAfter)
+	// The decision is a transition: its invoice event goes to the outbox
+	// as a settle's does, for the running pods' relay to publish.
+	store := postgres.NewStore(pool, postgres.WithEvents(cfg.PublishEvents))
+	before, after, err := store.Resolve(ctx, r.orderID, r.decision, terms.HoldAfter)
 	if err != nil {
 		return err
 	}
