@@ -53,6 +53,11 @@ func (l *beforeSettle) loseSettle(ctx context.Context, t *testing.T, orderID str
 		if _, err := tx.Exec(ctx, `DELETE FROM invoice WHERE order_id = $1`, orderID); err != nil {
 			return err
 		}
+		// Its outbox row is lost in the same commit; no relay published it
+		// (it publishes only what is durable).
+		if _, err := tx.Exec(ctx, `DELETE FROM invoice_outbox WHERE order_id = $1`, orderID); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, `INSERT INTO invoice SELECT * FROM jsonb_populate_record(NULL::invoice, $1)`, row)
 		return err
 	})

@@ -48,6 +48,10 @@ var (
 type lostSettle struct {
 	orderID string
 	row     json.RawMessage
+	// outbox is the largest invoice_outbox id before the settle: the rows
+	// after it of this order are the settle's event, lost with it (the
+	// relay publishes only what is durable: Store.PublishPending).
+	outbox int64
 }
 
 func (l *modelLedger) Reserve(ctx context.Context, inv order.Invoice, group string, terms order.AttemptTerms) (order.Reservation, error) {
@@ -103,9 +107,11 @@ func (l *modelLedger) Settle(ctx context.Context, s order.Settlement) (bool, err
 	var (
 		row        json.RawMessage
 		own, alive bool
+		outbox     int64
 	)
-	if err := m.pool.QueryRow(m.ctx, `SELECT to_jsonb(i), coalesce(attempt_id = $2, false), coalesce(attempt_until > now(), false)
-		FROM invoice i WHERE order_id = $1`, s.OrderID, s.Attempt).Scan(&row, &own, &alive); err != nil {
+	if err := m.pool.QueryRow(m.ctx, `SELECT to_jsonb(i), coalesce(attempt_id = $2, false), coalesce(attempt_until > now(), false),
+		(SELECT coalesce(max(id), 0) FROM invoice_outbox)
+		FROM invoice i WHERE order_id = $1`, s.OrderID, s.Attempt).Scan(&row, &own, &alive, &outbox); err != nil {
 		return false, fmt.Errorf("model: the row before the settle: %w", err)
 	}
 	switch {
@@ -120,7 +126,7 @@ func (l *modelLedger) Settle(ctx context.Context, s order.Settlement) (bool, err
 	}
 	if ok {
 		m.mu.Lock()
-		m.async = append(m.async, lostSettle{orderID: s.OrderID, row: row})
+		m.async = append(m.async, lostSettle{orderID: s.OrderID, row: row, outbox: outbox})
 		m.mu.Unlock()
 	}
 	return ok, err
@@ -153,10 +159,13 @@ func (l *modelLedger) HoldStale(ctx context.Context, terms order.AttemptTerms) (
 }
 
 // restoreRow puts an invoice row back, every column, as a lost settle
-// leaves it.
+// leaves it, and removes the settle's outbox row, lost in the same commit.
 func restoreRow(ctx context.Context, pool *pgxpool.Pool, s lostSettle) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM invoice WHERE order_id = $1`, s.orderID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM invoice_outbox WHERE order_id = $1 AND id > $2`, s.orderID, s.outbox); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO invoice SELECT * FROM jsonb_populate_record(NULL::invoice, $1)`, s.row)

@@ -29,7 +29,8 @@ const sqlClaimOutbox = `SELECT o.id, o.event_id, o.order_id, o.status, o.custome
 	FOR UPDATE OF o SKIP LOCKED`
 
 // PublishPending implements order.Outbox: one transaction holds the claimed
-// rows while publish runs, and deletes them when it succeeds. Published
+// rows while publish runs, and deletes them when it succeeds; publish runs
+// once they are durable (flushWAL). Published
 // rows leave at once, so the table holds only what waits. A relay that
 // dies after publishing and before its commit leaves its rows for the
 // next pass: they are published again under the same event ids.
@@ -62,6 +63,9 @@ func (s *Store) PublishPending(ctx context.Context, limit int, publish func(ctx 
 		if err != nil || len(events) == 0 {
 			return err
 		}
+		if err := s.flushWAL(ctx); err != nil {
+			return err
+		}
 		if err := publish(ctx, events); err != nil {
 			return err
 		}
@@ -75,6 +79,32 @@ func (s *Store) PublishPending(ctx context.Context, limit int, publish func(ctx 
 		return 0, translate(ctx, fmt.Errorf("publish the outbox: %w", err))
 	}
 	return n, nil
+}
+
+// sqlFlushWAL is a transaction that commits synchronously and waits for
+// the WAL to be flushed past its commit record, so past every commit
+// before it. It must write WAL of its own: Postgres commits a transaction
+// that wrote none asynchronously, whatever synchronous_commit says (an xid
+// alone is not enough). A transactional logical decoding message is the
+// smallest such write: a record of a few bytes, no table, any role may
+// emit it, at any wal_level; a logical decoding consumer sees it under the
+// prefix billing.outbox-flush. One simple-protocol message (no
+// parameters), one round trip, also through PgBouncer in transaction mode.
+const sqlFlushWAL = `BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_logical_emit_message(true, 'billing.outbox-flush', ''); COMMIT`
+
+// flushWAL returns once every transaction committed before the call is on
+// disk. The settles commit with synchronous_commit off (settleTx): for a
+// moment a settle and its outbox row are visible and not yet durable, and a
+// crash then loses both. A relay that published such a row would leave a
+// downstream service holding an event of a transition billing no longer
+// has, and that transition made again later, after another in between,
+// would reach it as a duplicate of the id it has seen. The claimed rows
+// were committed before the claim read them, so this flush covers them.
+func (s *Store) flushWAL(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, sqlFlushWAL); err != nil {
+		return fmt.Errorf("flush the WAL before publishing: %w", err)
+	}
+	return nil
 }
 
 // OutboxStats implements order.Outbox.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/testkit/pgcluster"
 	"github.com/acme/billing/internal/testkit/pgtest"
 	"github.com/acme/billing/internal/testkit/poll"
 )
@@ -302,9 +303,9 @@ func TestRelaysPublishEachRowOnceInOrder(t *testing.T) {
 	}
 }
 
-// TestRepublishedWithTheSameID: a relay that published
-// and died before deleting, and a settle lost in a crash and redone,
-// publish the same event ids again, never new ones.
+// TestRepublishedWithTheSameID: a settle lost in a crash and redone, and
+// a relay that published and died before deleting, publish the same event
+// id, never a new one.
 func TestRepublishedWithTheSameID(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
@@ -318,34 +319,28 @@ func TestRepublishedWithTheSameID(t *testing.T) {
 	}
 	want := order.InvoiceEventID("ord-1", evt.EventID, order.StatusCharged)
 
-	// The relay publishes, then dies before its commit.
+	// The settle is lost in a Postgres crash, its outbox row with it, before
+	// any relay ran (TestPublishesOnlyDurableTransitions), and redone from
+	// the redelivered event: its row comes back with the same id.
+	ledger.loseSettle(ctx, t, "ord-1")
+	if out, err := billUntilFinal(ctx, t, svc, evt); err != nil || out != order.OutcomeCharged {
+		t.Fatalf("Bill() after the lost settle = %s, %v", out, err)
+	}
+
+	// The relay publishes, then dies before its commit; the next pass
+	// publishes the row again, same id.
 	dying := &recordingPublisher{fail: errors.New("killed after the write")}
 	relay := order.NewOutboxRelay(ledger.Store, dying, order.RelayOptions{})
 	if _, err := relay.RunOnce(ctx); err == nil {
 		t.Fatal("RunOnce() with a dying publisher: no error")
 	}
-	// The next pass publishes the row again, same id.
 	again := &recordingPublisher{}
 	publishAll(ctx, t, ledger.Store, again)
 
-	// The settle is lost in a Postgres crash (the outbox row with it: it is
-	// already published and deleted here) and redone from the redelivered
-	// event: its event comes back with the same id.
-	ledger.loseSettle(ctx, t, "ord-1")
-	if out, err := billUntilFinal(ctx, t, svc, evt); err != nil || out != order.OutcomeCharged {
-		t.Fatalf("Bill() after the lost settle = %s, %v", out, err)
-	}
-	publishAll(ctx, t, ledger.Store, again)
-
 	for name, p := range map[string]*recordingPublisher{"dying relay": dying, "next relay": again} {
-		for _, e := range p.published() {
-			if e.EventID != want {
-				t.Errorf("%s published %s, want only %s", name, e.EventID, want)
-			}
+		if got := p.published(); len(got) != 1 || got[0].EventID != want {
+			t.Errorf("%s published %v, want %s once", name, got, want)
 		}
-	}
-	if n := len(again.published()); n != 2 {
-		t.Errorf("published %d times after the crashes, want 2 (the relay's retry, the redone settle)", n)
 	}
 	if cs := stub.ChargesForOrder("ord-1"); len(cs) != 1 {
 		t.Errorf("charges = %d, want 1", len(cs))
@@ -379,5 +374,50 @@ func TestOutboxGrowsWhileKafkaRefuses(t *testing.T) {
 	publishAll(ctx, t, store, ok)
 	if n := len(ok.published()); n != 10 {
 		t.Errorf("published %d once Kafka took them, want 10", n)
+	}
+}
+
+// TestPublishesOnlyDurableTransitions: a settle commits with
+// synchronous_commit off, so for a moment it is visible and not yet on
+// disk; a Postgres crash then loses it, its outbox row with it. Had the
+// relay published that row, a downstream service would hold an event of a
+// transition billing no longer has, and the same transition made again
+// later (after, say, a hold in between) would reach it as a duplicate
+// under the id it has seen. So the relay publishes a row only once the
+// WAL is flushed past it. The cluster's WAL writer is made lazy, so that
+// nothing else flushes the settle while the test looks.
+func TestPublishesOnlyDurableTransitions(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, pool := pgtest.NewMigratedClusterWith(t, pgcluster.Options{Fsync: true,
+		Settings: map[string]string{"wal_writer_delay": "10s", "wal_writer_flush_after": "0"}})
+	store := postgres.NewStore(pool, postgres.WithEvents(true))
+	svc := order.NewBillingService(store, &fakeGateway{}, group)
+	if out, err := svc.Bill(ctx, event(t, "ord-1")); err != nil || out != order.OutcomeCharged {
+		t.Fatalf("Bill() = %s, %v", out, err)
+	}
+	var settled, flushedNow string
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text`).Scan(&settled, &flushedNow); err != nil {
+		t.Fatal(err)
+	}
+	var durable bool
+	if err := pool.QueryRow(ctx, `SELECT $1::pg_lsn <= $2::pg_lsn`, settled, flushedNow).Scan(&durable); err != nil {
+		t.Fatal(err)
+	}
+	if durable {
+		t.Skip("the settle was flushed before the relay ran: nothing to check on this run")
+	}
+	var publishedDurable []bool
+	_, err := store.PublishPending(ctx, 10, func(ctx context.Context, events []order.InvoiceEvent) error {
+		var ok bool
+		err := pool.QueryRow(ctx, `SELECT $1::pg_lsn <= pg_current_wal_flush_lsn()`, settled).Scan(&ok)
+		publishedDurable = append(publishedDurable, ok)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(publishedDurable) != 1 || !publishedDurable[0] {
+		t.Errorf("publish called with the settle flushed: %v, want [true] (one batch, after the flush)", publishedDurable)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -57,6 +58,9 @@ type Options struct {
 	Fsync bool
 	// Logger receives start and stop events; nil discards them.
 	Logger *slog.Logger
+	// Settings are more server settings (name → value), given as -c after
+	// the ones above: a test that needs, say, a lazy WAL writer.
+	Settings map[string]string
 }
 
 // Cluster is one running (or stopped) throwaway Postgres cluster. Its
@@ -440,6 +444,9 @@ func (c *Cluster) launch(port int) (*process, error) {
 	}
 	if !c.opts.Fsync {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.opts.Settings)) {
+		args = append(args, "-c", name+"="+c.opts.Settings[name])
 	}
 	logf, err := os.OpenFile(filepath.Join(c.dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
