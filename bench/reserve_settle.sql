@@ -29,7 +29,7 @@ WITH dedup AS (
 		RETURNING order_id
 	), reopened AS (
 		UPDATE invoice SET event_id = ((lpad(to_hex(:ms::bigint), 12, '0') || substr(md5(:client_id::text || '-' || :oid::text), 13))::uuid), customer_id = ('cus-' || :client_id::text), amount = (12990), currency = ('EUR'), status = 'pending',
-			charge_id = NULL, reason = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now(),
+			charge_id = NULL, reason = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now(), reopens = reopens + 1,
 			attempt_id = (:oid), attempt_until = now() + make_interval(secs => (15)::float8), key_sent_at = now()
 		WHERE order_id = ('pgb-' || :client_id::text || '-' || :oid::text) AND status = 'rejected'
 			AND (event_id = ((lpad(to_hex(:ms::bigint), 12, '0') || substr(md5(:client_id::text || '-' || :oid::text), 13))::uuid) OR EXISTS (SELECT FROM dedup)
@@ -48,10 +48,10 @@ WITH dedup AS (
 		RETURNING *
 	), held_event AS (
 		INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
-		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULL FROM held WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
+		SELECT invoice_event_id(order_id, event_id, status, reopens), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULL FROM held WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
 	)
 	SELECT EXISTS (SELECT FROM dedup), EXISTS (SELECT FROM reopened), EXISTS (SELECT FROM held);
-SELECT order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), coalesce(reason, ''), created_at, key_sent_at, coalesce(attempt_id, 0),
+SELECT order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), coalesce(reason, ''), created_at, key_sent_at, reopens, coalesce(attempt_id, 0),
 		greatest(extract(epoch FROM attempt_until - now()), 0)::float8
 		FROM invoice WHERE order_id = ANY ((ARRAY[('pgb-' || :client_id::text || '-' || :oid::text)])::text[]) ORDER BY order_id FOR UPDATE;
 \endpipeline
@@ -63,6 +63,6 @@ WITH moved AS (
 		RETURNING *
 	), settled_event AS (
 		INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
-		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULLIF((''), '') FROM moved WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
+		SELECT invoice_event_id(order_id, event_id, status, reopens), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULLIF((''), '') FROM moved WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
 	)
 	SELECT count(*) FROM moved;

@@ -40,7 +40,7 @@ WITH input AS (
 	), reopened AS (
 		UPDATE invoice inv SET event_id = i.event_id, customer_id = i.customer_id, amount = i.amount, currency = i.currency,
 			status = 'pending', charge_id = NULL, reason = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now(),
-			attempt_id = i.attempt_id, attempt_until = now() + make_interval(secs => (15)::float8), key_sent_at = now()
+			reopens = inv.reopens + 1, attempt_id = i.attempt_id, attempt_until = now() + make_interval(secs => (15)::float8), key_sent_at = now()
 		FROM input i
 		WHERE inv.order_id = i.order_id AND inv.status = 'rejected'
 			AND (inv.event_id = i.event_id OR EXISTS (SELECT FROM dedup d WHERE d.event_id = i.event_id)
@@ -62,12 +62,12 @@ WITH input AS (
 		RETURNING inv.*
 	), held_event AS (
 		INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
-		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULL FROM held WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
+		SELECT invoice_event_id(order_id, event_id, status, reopens), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULL FROM held WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
 	)
 	SELECT i.order_id, EXISTS (SELECT FROM dedup d WHERE d.event_id = i.event_id),
 		EXISTS (SELECT FROM reopened r WHERE r.order_id = i.order_id),
 		EXISTS (SELECT FROM held h WHERE h.order_id = i.order_id) FROM input i;
-SELECT order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), coalesce(reason, ''), created_at, key_sent_at, coalesce(attempt_id, 0),
+SELECT order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), coalesce(reason, ''), created_at, key_sent_at, reopens, coalesce(attempt_id, 0),
 		greatest(extract(epoch FROM attempt_until - now()), 0)::float8
 		FROM invoice WHERE order_id = ANY ((ARRAY(SELECT 'pgb-' || :client_id::text || '-' || (:base::bigint + g)::text FROM generate_series(1, :g::int) AS g))::text[]) ORDER BY order_id FOR UPDATE;
 \endpipeline
@@ -86,7 +86,7 @@ WITH u AS (
 		RETURNING invoice.*, u.traceparent AS cause
 	), settled_event AS (
 		INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
-		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULLIF(cause, '') FROM moved WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
+		SELECT invoice_event_id(order_id, event_id, status, reopens), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, NULLIF(cause, '') FROM moved WHERE (true)::boolean ON CONFLICT (event_id) DO NOTHING
 	)
 	SELECT order_id FROM moved;
 \endpipeline

@@ -8,19 +8,32 @@
 -- Rollout: the previous release writes no events (its transitions during
 -- the rollout are not published); it does not read this table.
 
+-- reopens counts the times the invoice went back to pending after a
+-- decision: a rejected invoice reopened by an event, a held one resumed by
+-- a person (billing invoice resolve --resume). A status can come back under
+-- the same key only across such a return (held, rejected by a person,
+-- reopened by the replay of its event, held again), so the count tells the
+-- two transitions apart; it changes only in the reserve's and the
+-- person's transactions, which are durable, never in a settle that a crash
+-- may lose.
+ALTER TABLE invoice ADD COLUMN reopens integer NOT NULL DEFAULT 0;
+
 -- invoice_event_id is the event id of a transition: a UUIDv7 whose 48-bit
 -- timestamp is the key's (the OrderConfirmed event's, itself a UUIDv7) and
--- whose other 74 bits are SHA-256 of (order, key, status). A function of
--- the transition, never of the moment it is written: a settle lost in a
--- crash and redone, or a relay that publishes and dies before deleting,
--- publishes the same id again, and consumers deduplicate by it.
+-- whose other 74 bits are SHA-256 of (order, key, status, reopens; the
+-- count only when not 0). A function of the transition, never of the
+-- moment it is written: a settle lost in a crash and redone, or a relay
+-- that publishes and dies before deleting, publishes the same id again,
+-- and consumers deduplicate by it; a status reached again after a reopen
+-- is another transition, with another id.
 -- core/order.InvoiceEventID computes the same (TestInvoiceEventIDMatchesSQL).
-CREATE FUNCTION invoice_event_id(order_id text, idempotency_key uuid, status text) RETURNS uuid
+CREATE FUNCTION invoice_event_id(order_id text, idempotency_key uuid, status text, reopens integer) RETURNS uuid
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT encode(substring(uuid_send(idempotency_key) FROM 1 FOR 6)
         || set_byte(set_byte(substring(h FROM 1 FOR 10), 0, (get_byte(h, 0) & 15) | 112), 2, (get_byte(h, 2) & 63) | 128),
         'hex')::uuid
-    FROM sha256(convert_to(order_id || chr(31) || idempotency_key::text || chr(31) || status, 'UTF8')) AS h
+    FROM sha256(convert_to(order_id || chr(31) || idempotency_key::text || chr(31) || status
+        || CASE WHEN reopens = 0 THEN '' ELSE chr(31) || reopens::text END, 'UTF8')) AS h
 $$;
 
 CREATE TABLE invoice_outbox (

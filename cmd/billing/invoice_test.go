@@ -91,7 +91,7 @@ func TestInvoiceResolvePublishes(t *testing.T) {
 			switch {
 			case publish && err != nil:
 				t.Fatalf("outbox row of the decision: %v, want one", err)
-			case publish && (status != string(order.StatusRejected) || id != order.InvoiceEventID("ord-held", key, order.StatusRejected)):
+			case publish && (status != string(order.StatusRejected) || id != order.InvoiceEventID("ord-held", key, order.StatusRejected, 0)):
 				t.Errorf("outbox row = %s %s, want rejected with the transition's id", status, id)
 			case !publish && !errors.Is(err, pgx.ErrNoRows):
 				t.Errorf("outbox row with publishing off: %s, %v; want none", status, err)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
@@ -65,15 +66,23 @@ type InvoiceEvent struct {
 func (e InvoiceEvent) Type() InvoiceEventType { return EventTypeOf(e.Status) }
 
 // InvoiceEventID is the event id of the transition of orderID's invoice,
-// under key, into status: a UUIDv7 whose 48-bit timestamp is the key's (a
-// UUIDv7 itself) and whose other 74 bits come from SHA-256 of the three. A
-// function of the transition, never of when it is written, so that a
+// under key, into status, after reopens returns to pending (Invoice.Reopens):
+// a UUIDv7 whose 48-bit timestamp is the key's (a UUIDv7 itself) and whose
+// other 74 bits come from SHA-256 of the four (the count only when not 0).
+// A function of the transition, never of when it is written, so that a
 // settle lost in a crash and redone, or a relay that publishes and dies
-// before it marks the row, publishes the same id again. Postgres computes
-// the same with invoice_event_id (migrations/0005), where the outbox row is
-// written.
-func InvoiceEventID(orderID string, key uuid.UUID, status InvoiceStatus) uuid.UUID {
-	h := sha256.Sum256([]byte(orderID + "\x1f" + key.String() + "\x1f" + string(status)))
+// before it marks the row, publishes the same id again; and a status
+// reached again under the same key after a reopen (held, rejected by a
+// person, reopened by its event's replay, held again) is a new transition
+// with a new id, which a consumer that deduplicates by id does not drop.
+// Postgres computes the same with invoice_event_id (migrations/0005), where
+// the outbox row is written.
+func InvoiceEventID(orderID string, key uuid.UUID, status InvoiceStatus, reopens int) uuid.UUID {
+	in := orderID + "\x1f" + key.String() + "\x1f" + string(status)
+	if reopens != 0 {
+		in += "\x1f" + strconv.Itoa(reopens)
+	}
+	h := sha256.Sum256([]byte(in))
 	var id uuid.UUID
 	copy(id[:6], key[:6])
 	copy(id[6:], h[:10])

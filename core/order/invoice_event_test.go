@@ -17,20 +17,22 @@ import (
 func TestInvoiceEventID(t *testing.T) {
 	t.Parallel()
 	key := uuid.Must(uuid.NewV7())
-	id := order.InvoiceEventID("ord-1", key, order.StatusCharged)
+	id := order.InvoiceEventID("ord-1", key, order.StatusCharged, 0)
 	if id.Version() != 7 || id.Variant() != uuid.VariantRFC9562 {
 		t.Errorf("id %s: version %d variant %d, want a UUIDv7", id, id.Version(), id.Variant())
 	}
 	if [6]byte(id[:6]) != [6]byte(key[:6]) {
 		t.Errorf("id %s does not carry the key's timestamp %s", id, key)
 	}
-	if again := order.InvoiceEventID("ord-1", key, order.StatusCharged); again != id {
+	if again := order.InvoiceEventID("ord-1", key, order.StatusCharged, 0); again != id {
 		t.Errorf("the same transition gave %s, then %s", id, again)
 	}
 	for _, other := range []uuid.UUID{
-		order.InvoiceEventID("ord-2", key, order.StatusCharged),
-		order.InvoiceEventID("ord-1", uuid.Must(uuid.NewV7()), order.StatusCharged),
-		order.InvoiceEventID("ord-1", key, order.StatusRejected),
+		order.InvoiceEventID("ord-2", key, order.StatusCharged, 0),
+		order.InvoiceEventID("ord-1", uuid.Must(uuid.NewV7()), order.StatusCharged, 0),
+		order.InvoiceEventID("ord-1", key, order.StatusRejected, 0),
+		// the same status reached again after a reopen is a new transition
+		order.InvoiceEventID("ord-1", key, order.StatusCharged, 1),
 	} {
 		if other == id {
 			t.Errorf("another transition has the id %s", id)
@@ -58,7 +60,7 @@ func TestEncodeInvoiceEvent(t *testing.T) {
 	} {
 		e := base
 		e.Status = tc.status
-		e.EventID = order.InvoiceEventID(e.OrderID, key, tc.status)
+		e.EventID = order.InvoiceEventID(e.OrderID, key, tc.status, 0)
 		raw, err := order.EncodeInvoiceEvent(e)
 		if err != nil {
 			t.Fatal(err)

@@ -49,6 +49,10 @@ type Invoice struct {
 	// KeySentAt is when the first attempt under EventID was taken (zero:
 	// none yet): the clock of AttemptTerms.HoldAfter.
 	KeySentAt time.Time
+	// Reopens counts the times the invoice went back to pending after a
+	// decision (a rejected one reopened, a held one resumed by a person):
+	// part of a transition's event id (InvoiceEventID).
+	Reopens int
 }
 
 // AttemptTerms bound the attempts of CONTRACT.md §4, "one attempt per key at

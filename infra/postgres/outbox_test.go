@@ -63,16 +63,18 @@ func TestInvoiceEventIDMatchesSQL(t *testing.T) {
 	for i := range 50 {
 		orderID, key := fmt.Sprintf("ord-%d-é\x01%d", i, rand.Int()), newEventID(t)
 		status := []order.InvoiceStatus{order.StatusCharged, order.StatusDeclined, order.StatusRejected, order.StatusHeld}[i%4]
+		reopens := i % 3
 		var got uuid.UUID
-		if err := pool.QueryRow(ctx, `SELECT invoice_event_id($1, $2, $3)`, orderID, key, string(status)).Scan(&got); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT invoice_event_id($1, $2, $3, $4)`, orderID, key, string(status), reopens).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		want := order.InvoiceEventID(orderID, key, status)
+		want := order.InvoiceEventID(orderID, key, status, reopens)
 		if got != want || got.Version() != 7 || got.Variant() != uuid.VariantRFC9562 {
-			t.Fatalf("invoice_event_id(%q, %s, %s) = %s, want %s, a UUIDv7", orderID, key, status, got, want)
+			t.Fatalf("invoice_event_id(%q, %s, %s, %d) = %s, want %s, a UUIDv7", orderID, key, status, reopens, got, want)
 		}
-		if got == order.InvoiceEventID(orderID, key, order.StatusPending) || [6]byte(got[:6]) != [6]byte(key[:6]) {
-			t.Fatalf("id %s: want it to depend on the status and carry the key's timestamp", got)
+		if got == order.InvoiceEventID(orderID, key, order.StatusPending, reopens) || got == order.InvoiceEventID(orderID, key, status, reopens+1) ||
+			[6]byte(got[:6]) != [6]byte(key[:6]) {
+			t.Fatalf("id %s: want it to depend on the status and the reopen count and carry the key's timestamp", got)
 		}
 	}
 }
@@ -91,7 +93,7 @@ func TestTransitionsWriteTheirEvents(t *testing.T) {
 		"ord-charged":  {nil},
 		"ord-declined": {errDeclined},
 		// the redelivery of the rejected event reopens it under its own
-		// key and is refused again: the same transition, one event
+		// key and is refused again: a second rejection, its own event
 		"ord-reopened": {refused(order.RefusalRejected, 400), refused(order.RefusalRejected, 400), nil},
 		"ord-held":     {refused(order.RefusalKeyReused, 422)},
 		"ord-pending":  {unavailable, unavailable},
@@ -132,16 +134,18 @@ func TestTransitionsWriteTheirEvents(t *testing.T) {
 	p := &recordingPublisher{}
 	publishAll(ctx, t, store, p)
 	type want struct {
-		order  string
-		key    uuid.UUID
-		status order.InvoiceStatus
+		order   string
+		key     uuid.UUID
+		status  order.InvoiceStatus
+		reopens int
 	}
 	wants := []want{
-		{"ord-charged", evts["ord-charged"].EventID, order.StatusCharged},
-		{"ord-declined", evts["ord-declined"].EventID, order.StatusDeclined},
-		{"ord-held", evts["ord-held"].EventID, order.StatusHeld},
-		{"ord-reopened", evts["ord-reopened"].EventID, order.StatusRejected},
-		{"ord-reopened", second.EventID, order.StatusCharged},
+		{"ord-charged", evts["ord-charged"].EventID, order.StatusCharged, 0},
+		{"ord-declined", evts["ord-declined"].EventID, order.StatusDeclined, 0},
+		{"ord-held", evts["ord-held"].EventID, order.StatusHeld, 0},
+		{"ord-reopened", evts["ord-reopened"].EventID, order.StatusRejected, 0},
+		{"ord-reopened", evts["ord-reopened"].EventID, order.StatusRejected, 1},
+		{"ord-reopened", second.EventID, order.StatusCharged, 2},
 	}
 	got := p.published()
 	if len(got) != len(wants) {
@@ -159,7 +163,7 @@ func TestTransitionsWriteTheirEvents(t *testing.T) {
 		}
 		e := es[0]
 		byOrder[w.order] = es[1:]
-		if e.Status != w.status || e.IdempotencyKey != w.key || e.EventID != order.InvoiceEventID(w.order, w.key, w.status) ||
+		if e.Status != w.status || e.IdempotencyKey != w.key || e.EventID != order.InvoiceEventID(w.order, w.key, w.status, w.reopens) ||
 			e.Amount != 12990 || e.Currency != "EUR" || e.CustomerID != "cus-"+w.order || e.OccurredAt.IsZero() {
 			t.Errorf("event of %s = %+v, want %s under %s with its id", w.order, e, w.status, w.key)
 		}
@@ -213,7 +217,7 @@ func TestEventsOfTheOtherTransitions(t *testing.T) {
 	publishAll(ctx, t, store, p)
 	var got []string
 	for _, e := range p.published() {
-		if e.EventID != order.InvoiceEventID(e.OrderID, keys[e.OrderID], e.Status) {
+		if e.EventID != order.InvoiceEventID(e.OrderID, keys[e.OrderID], e.Status, 0) {
 			t.Errorf("event %+v: id not its transition's", e)
 		}
 		got = append(got, e.OrderID+" "+string(e.Type()))
@@ -260,7 +264,7 @@ func TestRelaysPublishEachRowOnceInOrder(t *testing.T) {
 			if ok, err := store.Settle(ctx, order.Settlement{OrderID: id, Key: key, Attempt: r.Attempt, Status: status, Reason: "400"}); err != nil || !ok {
 				t.Fatalf("Settle = %v, %v", ok, err)
 			}
-			want = append(want, order.InvoiceEventID(id, key, status))
+			want = append(want, order.InvoiceEventID(id, key, status, j)) // each new key reopened it once more
 		}
 	}
 	p := &recordingPublisher{}
@@ -317,7 +321,7 @@ func TestRepublishedWithTheSameID(t *testing.T) {
 	if out, err := svc.Bill(ctx, evt); err != nil || out != order.OutcomeCharged {
 		t.Fatalf("Bill() = %s, %v", out, err)
 	}
-	want := order.InvoiceEventID("ord-1", evt.EventID, order.StatusCharged)
+	want := order.InvoiceEventID("ord-1", evt.EventID, order.StatusCharged, 0)
 
 	// The settle is lost in a Postgres crash, its outbox row with it, before
 	// any relay ran (TestPublishesOnlyDurableTransitions), and redone from

@@ -18,7 +18,7 @@ func partitionRaceError(eventID uuid.UUID, err error) error {
 }
 
 // invoiceColumns are the columns of scanInvoice, in its order.
-const invoiceColumns = `order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), coalesce(reason, ''), created_at, key_sent_at`
+const invoiceColumns = `order_id, event_id, customer_id, amount, currency, status, coalesce(charge_id, ''), coalesce(reason, ''), created_at, key_sent_at, reopens`
 
 // outboxInsert writes the invoice event (CONTRACT.md §9) of every row of a
 // statement's CTE of invoices that have just moved into charged, declined,
@@ -28,7 +28,7 @@ const invoiceColumns = `order_id, event_id, customer_id, amount, currency, statu
 // transition written twice (a lost settle redone) is one event, and a row
 // still waiting for the relay is not written again.
 const outboxInsert = `INSERT INTO invoice_outbox (event_id, order_id, status, customer_id, amount, currency, idempotency_key, charge_id, reason, traceparent)
-		SELECT invoice_event_id(order_id, event_id, status), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, `
+		SELECT invoice_event_id(order_id, event_id, status, reopens), order_id, status, customer_id, amount, currency, event_id, charge_id, reason, `
 
 // outboxOnConflict ends an outboxInsert.
 const outboxOnConflict = ` ON CONFLICT (event_id) DO NOTHING`
@@ -96,7 +96,7 @@ const (
 	), reopened AS (
 		UPDATE invoice inv SET event_id = i.event_id, customer_id = i.customer_id, amount = i.amount, currency = i.currency,
 			status = 'pending', charge_id = NULL, reason = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now(),
-			attempt_id = i.attempt_id, attempt_until = now() + make_interval(secs => $8::float8), key_sent_at = now()
+			reopens = inv.reopens + 1, attempt_id = i.attempt_id, attempt_until = now() + make_interval(secs => $8::float8), key_sent_at = now()
 		FROM input i
 		WHERE inv.order_id = i.order_id AND inv.status = 'rejected'
 			AND (inv.event_id = i.event_id OR EXISTS (SELECT FROM dedup d WHERE d.event_id = i.event_id)
@@ -136,7 +136,7 @@ const (
 		RETURNING order_id
 	), reopened AS (
 		UPDATE invoice SET event_id = $2, customer_id = $3, amount = $4, currency = $5, status = 'pending',
-			charge_id = NULL, reason = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now(),
+			charge_id = NULL, reason = NULL, resume_attempts = 0, next_resume_at = NULL, updated_at = now(), reopens = reopens + 1,
 			attempt_id = $6, attempt_until = now() + make_interval(secs => $8::float8), key_sent_at = now()
 		WHERE order_id = $1 AND status = 'rejected'
 			AND (event_id = $2 OR EXISTS (SELECT FROM dedup)
@@ -277,7 +277,7 @@ func scanInvoice(row pgx.Row, extra ...any) (order.Invoice, error) {
 		keySentAt pgtype.Timestamptz
 	)
 	dest := append([]any{&inv.OrderID, &eventID, &inv.CustomerID, &inv.Amount, &inv.Currency, &status, &inv.ChargeID,
-		&inv.Reason, &inv.CreatedAt, &keySentAt}, extra...)
+		&inv.Reason, &inv.CreatedAt, &keySentAt, &inv.Reopens}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return order.Invoice{}, err
 	}

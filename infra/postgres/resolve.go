@@ -23,7 +23,8 @@ const sqlResolve = `WITH moved AS (
 		UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''),
 			reason = CASE WHEN $2 = 'rejected' THEN 'rejected by a person (billing invoice resolve)' ELSE NULL END,
 			updated_at = CASE WHEN $2 = 'pending' THEN coalesce(key_sent_at, updated_at) ELSE now() END,
-			attempt_until = NULL, next_resume_at = NULL, resume_attempts = 0
+			attempt_until = NULL, next_resume_at = NULL, resume_attempts = 0,
+			reopens = CASE WHEN $2 = 'pending' THEN reopens + 1 ELSE reopens END
 		WHERE order_id = $1 AND status = 'held' AND (attempt_until IS NULL OR attempt_until <= now())
 		RETURNING *
 	), resolved_event AS (

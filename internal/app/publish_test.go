@@ -72,10 +72,10 @@ func TestInvoiceEventsPublished(t *testing.T) {
 	}
 	want := map[string][]value{
 		"ord-reopened": {
-			{order.InvoiceEventID("ord-reopened", rejected.EventID, order.StatusRejected).String(), "InvoiceRejected", "ord-reopened", rejected.EventID.String(), "", "", 700},
-			{order.InvoiceEventID("ord-reopened", reopening.EventID, order.StatusCharged).String(), "InvoiceCharged", "ord-reopened", reopening.EventID.String(), "", "", 650},
+			{order.InvoiceEventID("ord-reopened", rejected.EventID, order.StatusRejected, 0).String(), "InvoiceRejected", "ord-reopened", rejected.EventID.String(), "", "", 700},
+			{order.InvoiceEventID("ord-reopened", reopening.EventID, order.StatusCharged, 1).String(), "InvoiceCharged", "ord-reopened", reopening.EventID.String(), "", "", 650},
 		},
-		"ord-traced": {{order.InvoiceEventID("ord-traced", charged.EventID, order.StatusCharged).String(), "InvoiceCharged", "ord-traced", charged.EventID.String(), "", "", 900}},
+		"ord-traced": {{order.InvoiceEventID("ord-traced", charged.EventID, order.StatusCharged, 0).String(), "InvoiceCharged", "ord-traced", charged.EventID.String(), "", "", 900}},
 	}
 	byOrder := map[string][]value{}
 	for _, v := range got { // ReadAll orders by partition and offset: one order's events in their order

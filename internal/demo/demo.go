@@ -401,7 +401,7 @@ func checkEvents(invs []order.Invoice, events []kafkago.Message) (map[order.Invo
 		if !inv.Status.Final() {
 			continue
 		}
-		want := order.InvoiceEventID(inv.OrderID, inv.EventID, inv.Status).String()
+		want := order.InvoiceEventID(inv.OrderID, inv.EventID, inv.Status, inv.Reopens).String()
 		if _, ok := got[want]; !ok || len(got) != 1 {
 			problems = append(problems, fmt.Sprintf("%s (%s): event ids %v, want only %s", inv.OrderID, inv.Status, got, want))
 		}

@@ -103,13 +103,14 @@ func (l *Mem) Reserve(_ context.Context, inv order.Invoice, group string, terms 
 	switch {
 	case !ok:
 		if r.FirstSeen && !l.keyHeld(inv.EventID, "") {
-			inv.Status, inv.ChargeID, inv.Reason, inv.CreatedAt, inv.KeySentAt = order.StatusPending, "", "", now, now
+			inv.Status, inv.ChargeID, inv.Reason, inv.CreatedAt, inv.KeySentAt, inv.Reopens = order.StatusPending, "", "", now, now, 0
 			l.invoices[inv.OrderID] = &memInvoice{inv: inv, attempt: attempt, until: now.Add(terms.Life)}
 		}
 	case m.inv.Status == order.StatusRejected &&
 		(r.FirstSeen || m.inv.EventID == inv.EventID || firstOrder == inv.OrderID) && !l.keyHeld(inv.EventID, inv.OrderID):
 		m.inv.EventID, m.inv.CustomerID, m.inv.Amount, m.inv.Currency = inv.EventID, inv.CustomerID, inv.Amount, inv.Currency
 		m.inv.Status, m.inv.ChargeID, m.inv.Reason, m.inv.KeySentAt = order.StatusPending, "", "", now
+		m.inv.Reopens++
 		m.attempt, m.until = attempt, now.Add(terms.Life)
 		r.Reopened = true
 	case m.inv.Status == order.StatusPending && m.free(now):
