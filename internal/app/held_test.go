@@ -24,6 +24,11 @@ func TestPendingPastHalfTheKeyTTLIsHeld(t *testing.T) {
 		c.PendingResumeAfter = time.Minute
 		c.GatewayKeyTTL = 2 * time.Hour
 	})
+	// Nothing of the service runs while the invoices are made: a completer
+	// pass of the first start that ran after the UPDATE below would claim
+	// ord-young, and the shutdown would leave it claimed for a back-off
+	// longer than the wait.
+	h.shutdown()
 	old, _ := event(t, "ord-old", "cus-1", 990)
 	young, _ := event(t, "ord-young", "cus-1", 990)
 	for _, evt := range []order.OrderConfirmedEvent{old, young} {
@@ -40,7 +45,6 @@ func TestPendingPastHalfTheKeyTTLIsHeld(t *testing.T) {
 		key_sent_at = now() - CASE order_id WHEN 'ord-old' THEN interval '61 minutes' ELSE interval '59 minutes' END`); err != nil {
 		t.Fatal(err)
 	}
-	h.shutdown()
 	h.start() // the completer's first pass runs at start
 	h.waitInvoice("ord-young", order.StatusCharged)
 	inv := h.waitInvoice("ord-old", order.StatusHeld)
