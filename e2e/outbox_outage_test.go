@@ -64,23 +64,10 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 	p := e.start("run")
 	base := "http://" + httpAddr(t, p)
 	poll.Until(t, "billing ready", time.Minute, func() bool { return status(base+"/readyz") == http.StatusOK })
-	next, produced := 0, 0
+	batches, produced := 0, 0
 	produceSome := func(n int) {
-		var msgs []kafkago.Message
-		for range n {
-			evt, err := order.NewOrderConfirmedEvent(order.Order{ID: fmt.Sprintf("ord-%05d", next), CustomerID: "cus-1",
-				TotalAmount: int64(100 + next), Currency: "EUR", ConfirmedAt: time.Now().UTC()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := order.Encode(evt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			msgs = append(msgs, kafkago.Message{Key: []byte(evt.OrderID), Value: v})
-			next++
-		}
-		e.produce(msgs)
+		e.produce(orders(t, fmt.Sprintf("ord-%03d", batches), n))
+		batches++
 		produced += n
 	}
 
