@@ -50,7 +50,11 @@ CREATE TABLE invoice_outbox (
     charge_id       text        NULL,
     reason          text        NULL,
     traceparent     text        NULL,
-    occurred_at     timestamptz NOT NULL DEFAULT now()
+    occurred_at     timestamptz NOT NULL DEFAULT now(),
+    -- the writing transaction: the relay publishes a row only once a
+    -- flush whose snapshot saw this transaction committed has returned
+    -- (the settles commit without waiting for their flush)
+    xact            xid8        NOT NULL DEFAULT pg_current_xact_id()
 );
 
 -- The relay publishes only the oldest row of each order (so one order's

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
 )
@@ -20,60 +21,41 @@ var _ order.Outbox = (*Store)(nil)
 // never hold one row at once: each row is published by one process at a
 // time. The claim is the relay's transaction; the rows are deleted in it
 // once Kafka has acknowledged them.
+//
+// Only rows whose transaction $2, the snapshot of the pass's flush
+// (sqlFlushWAL), saw committed are claimed: those are on disk. A row
+// committed since waits for the next pass, and so does every later row of
+// its order.
 const sqlClaimOutbox = `SELECT o.id, o.event_id, o.order_id, o.status, o.customer_id, o.amount, o.currency, o.idempotency_key,
 		coalesce(o.charge_id, ''), coalesce(o.reason, ''), coalesce(o.traceparent, ''), o.occurred_at
 	FROM invoice_outbox o
 	WHERE NOT EXISTS (SELECT FROM invoice_outbox earlier WHERE earlier.order_id = o.order_id AND earlier.id < o.id)
+		AND pg_visible_in_snapshot(o.xact, $2::pg_snapshot)
 	ORDER BY o.id
 	LIMIT $1
 	FOR UPDATE OF o SKIP LOCKED`
 
-// PublishPending implements order.Outbox: one transaction holds the claimed
-// rows while publish runs, and deletes them when it succeeds; publish runs
-// once they are durable (flushWAL). Published
+// PublishPending implements order.Outbox: it makes the waiting rows durable
+// (flushWAL), then one transaction claims those rows, holds them while
+// publish runs, and deletes them when it succeeds. Both run on one
+// connection, one after the other: behind PgBouncer the server connections
+// are shared by every pod, and a relay that held one while it waited for
+// another could wait for ever once the relays held them all. Published
 // rows leave at once, so the table holds only what waits. A relay that
 // dies after publishing and before its commit leaves its rows for the
 // next pass: they are published again under the same event ids.
 func (s *Store) PublishPending(ctx context.Context, limit int, publish func(ctx context.Context, events []order.InvoiceEvent) error) (int, error) {
 	n := 0
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, sqlClaimOutbox, limit)
-		var ids []int64
-		events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (order.InvoiceEvent, error) {
-			var (
-				e         order.InvoiceEvent
-				id        int64
-				eventID   pgtype.UUID
-				key       pgtype.UUID
-				status    string
-				occurred  pgtype.Timestamptz
-				chargeID  string
-				reason    string
-				traceprnt string
-			)
-			if err := row.Scan(&id, &eventID, &e.OrderID, &status, &e.CustomerID, &e.Amount, &e.Currency, &key,
-				&chargeID, &reason, &traceprnt, &occurred); err != nil {
-				return e, err
-			}
-			ids = append(ids, id)
-			e.EventID, e.IdempotencyKey, e.Status = eventID.Bytes, key.Bytes, order.InvoiceStatus(status)
-			e.ChargeID, e.Reason, e.TraceParent, e.OccurredAt = chargeID, reason, traceprnt, occurred.Time
-			return e, nil
+	err := s.pool.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
+		flushed, err := flushWAL(ctx, conn)
+		if err != nil || flushed == "" {
+			return err
+		}
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var err error
+			n, err = claimAndPublish(ctx, tx, limit, flushed, publish)
+			return err
 		})
-		if err != nil || len(events) == 0 {
-			return err
-		}
-		if err := s.flushWAL(ctx); err != nil {
-			return err
-		}
-		if err := publish(ctx, events); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM invoice_outbox WHERE id = ANY ($1::bigint[])`, ids); err != nil {
-			return err
-		}
-		n = len(events)
-		return nil
 	})
 	if err != nil {
 		return 0, translate(ctx, fmt.Errorf("publish the outbox: %w", err))
@@ -81,30 +63,83 @@ func (s *Store) PublishPending(ctx context.Context, limit int, publish func(ctx 
 	return n, nil
 }
 
-// sqlFlushWAL is a transaction that commits synchronously and waits for
-// the WAL to be flushed past its commit record, so past every commit
-// before it. It must write WAL of its own: Postgres commits a transaction
-// that wrote none asynchronously, whatever synchronous_commit says (an xid
-// alone is not enough). A transactional logical decoding message is the
-// smallest such write: a record of a few bytes, no table, any role may
-// emit it, at any wal_level; a logical decoding consumer sees it under the
-// prefix billing.outbox-flush. One simple-protocol message (no
-// parameters), one round trip, also through PgBouncer in transaction mode.
-const sqlFlushWAL = `BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_logical_emit_message(true, 'billing.outbox-flush', ''); COMMIT`
-
-// flushWAL returns once every transaction committed before the call is on
-// disk. The settles commit with synchronous_commit off (settleTx): for a
-// moment a settle and its outbox row are visible and not yet durable, and a
-// crash then loses both. A relay that published such a row would leave a
-// downstream service holding an event of a transition billing no longer
-// has, and that transition made again later, after another in between,
-// would reach it as a duplicate of the id it has seen. The claimed rows
-// were committed before the claim read them, so this flush covers them.
-func (s *Store) flushWAL(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, sqlFlushWAL); err != nil {
-		return fmt.Errorf("flush the WAL before publishing: %w", err)
+// claimAndPublish claims up to limit rows committed in the snapshot
+// flushed, publishes them and deletes them, in tx; it returns how many.
+func claimAndPublish(ctx context.Context, tx pgx.Tx, limit int, flushed string,
+	publish func(ctx context.Context, events []order.InvoiceEvent) error) (int, error) {
+	rows, _ := tx.Query(ctx, sqlClaimOutbox, limit, flushed)
+	var ids []int64
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (order.InvoiceEvent, error) {
+		var (
+			e         order.InvoiceEvent
+			id        int64
+			eventID   pgtype.UUID
+			key       pgtype.UUID
+			status    string
+			occurred  pgtype.Timestamptz
+			chargeID  string
+			reason    string
+			traceprnt string
+		)
+		if err := row.Scan(&id, &eventID, &e.OrderID, &status, &e.CustomerID, &e.Amount, &e.Currency, &key,
+			&chargeID, &reason, &traceprnt, &occurred); err != nil {
+			return e, err
+		}
+		ids = append(ids, id)
+		e.EventID, e.IdempotencyKey, e.Status = eventID.Bytes, key.Bytes, order.InvoiceStatus(status)
+		e.ChargeID, e.Reason, e.TraceParent, e.OccurredAt = chargeID, reason, traceprnt, occurred.Time
+		return e, nil
+	})
+	if err != nil || len(events) == 0 {
+		return 0, err
 	}
-	return nil
+	if err := publish(ctx, events); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM invoice_outbox WHERE id = ANY ($1::bigint[])`, ids); err != nil {
+		return 0, err
+	}
+	return len(events), nil
+}
+
+// sqlFlushWAL is a transaction that commits synchronously, so that it
+// returns once the WAL is flushed past its commit record, hence past the
+// commit of every transaction its snapshot, which it returns, saw
+// committed. It must write WAL of its own for that: Postgres commits a
+// transaction that wrote none without waiting, whatever
+// synchronous_commit says. A transactional logical decoding message is
+// the smallest such write (a record of a few bytes, no table, any role may
+// emit it, at any wal_level; a logical decoding consumer sees it under the
+// prefix billing.outbox-flush), and it is written only when the outbox
+// holds a row, so an idle relay writes nothing. One simple-protocol
+// message, one round trip, also through PgBouncer in transaction mode.
+const sqlFlushWAL = `BEGIN; SET LOCAL synchronous_commit = on;
+	SELECT pg_current_snapshot()::text,
+		CASE WHEN EXISTS (SELECT FROM invoice_outbox) THEN pg_logical_emit_message(true, 'billing.outbox-flush', '') END IS NOT NULL;
+	COMMIT`
+
+// flushWAL makes durable every outbox row committed before it and returns
+// the snapshot that tells them (sqlClaimOutbox's $2); "" when the outbox
+// is empty. The settles commit with synchronous_commit off (settleTx): for
+// a moment a settle and its outbox row are visible and not yet on disk,
+// and a crash then loses both. A relay that published such a row would
+// leave a downstream service holding an event of a transition billing no
+// longer has, and that transition made again later, after another in
+// between, would reach it as a duplicate of an id it has seen.
+func flushWAL(ctx context.Context, conn *pgxpool.Conn) (string, error) {
+	results, err := conn.Conn().PgConn().Exec(ctx, sqlFlushWAL).ReadAll()
+	if err != nil {
+		return "", fmt.Errorf("flush the WAL before publishing: %w", err)
+	}
+	for _, r := range results {
+		if len(r.Rows) == 1 && len(r.Rows[0]) == 2 {
+			if string(r.Rows[0][1]) != "t" {
+				return "", nil
+			}
+			return string(r.Rows[0][0]), nil
+		}
+	}
+	return "", fmt.Errorf("flush the WAL before publishing: no snapshot in the reply")
 }
 
 // OutboxStats implements order.Outbox.

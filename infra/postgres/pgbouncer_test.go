@@ -5,9 +5,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/testkit/pgbouncertest"
 	"github.com/acme/billing/internal/testkit/pgtest"
@@ -129,5 +131,36 @@ func TestMaintainersThroughPgBouncer(t *testing.T) {
 	}
 	if got := partitionNames(ctx, t, direct); len(got) == 0 {
 		t.Errorf("no partitions after maintenance through PgBouncer")
+	}
+}
+
+// TestRelayThroughPgBouncerOnOneServerConnection: the outbox relay makes
+// its claimed rows durable and publishes them using one connection at a
+// time. Through PgBouncer the server connections are the pooler's to share
+// among every pod: a relay that held one for its claim and waited for a
+// second would stall once relays held them all, and billing with them.
+func TestRelayThroughPgBouncerOnOneServerConnection(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	_, dsn := pgtest.NewDB(t)
+	b := pgbouncertest.Start(t, dsn, pgbouncertest.Options{PoolSize: 1})
+	pool, err := postgres.NewPool(ctx, b.DSN(t, dsn), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store := postgres.NewStore(pool, postgres.WithEvents(true))
+	if out, err := order.NewBillingService(store, &fakeGateway{}, group).Bill(ctx, event(t, "ord-1")); err != nil || out != order.OutcomeCharged {
+		t.Fatalf("Bill() = %s, %v", out, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var got []order.InvoiceEvent
+	n, err := store.PublishPending(pctx, 10, func(_ context.Context, events []order.InvoiceEvent) error {
+		got = append(got, events...)
+		return nil
+	})
+	if err != nil || n != 1 || len(got) != 1 || got[0].OrderID != "ord-1" {
+		t.Fatalf("PublishPending() through PgBouncer with one server connection = %d, %v (published %v), want ord-1's event", n, err, got)
 	}
 }
