@@ -39,7 +39,7 @@ type Config struct {
 	KafkaSASLUsername     string        `envconfig:"KAFKA_SASL_USERNAME" desc:"SASL user name"`
 	KafkaSASLPassword     Secret        `envconfig:"KAFKA_SASL_PASSWORD" desc:"SASL password (never logged)"`
 	DatabaseURL           Secret        `envconfig:"DATABASE_URL" required:"true" desc:"Postgres DSN (pgx); TLS through sslmode"`
-	DBMaxConns            int           `envconfig:"DB_MAX_CONNS" desc:"pool size; default derived from BILLING_MAX_IN_FLIGHT; at least 2 while BILLING_PUBLISH_EVENTS is true"`
+	DBMaxConns            int           `envconfig:"DB_MAX_CONNS" desc:"pool size; default derived from BILLING_MAX_IN_FLIGHT"`
 	PaymentBaseURL        string        `envconfig:"PAYMENT_BASE_URL" required:"true" desc:"payment gateway base URL"`
 	PaymentTimeout        time.Duration `envconfig:"PAYMENT_TIMEOUT" default:"10s" desc:"per-request timeout of gateway calls"`
 	DefaultCurrency       string        `envconfig:"DEFAULT_CURRENCY" default:"USD" desc:"currency of events that carry none"`
@@ -197,12 +197,6 @@ func (c Config) Validate() error {
 	}
 	if c.DBMaxConns < 0 {
 		return &Error{"BILLING_DB_MAX_CONNS", "must not be negative"}
-	}
-	// The outbox relay holds its claimed rows in one transaction and waits
-	// for their WAL flush on another connection (infra/postgres, flushWAL):
-	// on a pool of one it would wait for itself.
-	if c.DBMaxConns == 1 && c.PublishEvents {
-		return &Error{"BILLING_DB_MAX_CONNS", "must be at least 2 while BILLING_PUBLISH_EVENTS is true (the outbox relay uses two connections at once)"}
 	}
 	if c.DedupRetention < time.Hour {
 		return &Error{"BILLING_DEDUP_RETENTION", "must be at least 1h"}

@@ -49,17 +49,6 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
-// TestOneConnectionWithoutPublishing: the outbox relay is what needs a
-// second connection; with publishing off one is enough.
-func TestOneConnectionWithoutPublishing(t *testing.T) {
-	setBase(t)
-	t.Setenv("BILLING_DB_MAX_CONNS", "1")
-	t.Setenv("BILLING_PUBLISH_EVENTS", "false")
-	if c, err := Load(); err != nil || c.DBMaxConns != 1 {
-		t.Fatalf("Load() = %d connections, %v; want 1 accepted", c.DBMaxConns, err)
-	}
-}
-
 func TestLoadRejectsBadVariables(t *testing.T) {
 	cases := []struct {
 		name, value, wantVar string
@@ -82,8 +71,6 @@ func TestLoadRejectsBadVariables(t *testing.T) {
 		{"BILLING_MAX_IN_FLIGHT", "0", "BILLING_MAX_IN_FLIGHT"},
 		{"BILLING_MAX_IN_FLIGHT", "many", "BILLING_MAX_IN_FLIGHT"},
 		{"BILLING_DB_MAX_CONNS", "-1", "BILLING_DB_MAX_CONNS"},
-		// The outbox relay holds one connection while it flushes on another.
-		{"BILLING_DB_MAX_CONNS", "1", "BILLING_DB_MAX_CONNS"},
 		{"BILLING_DEDUP_RETENTION", "1d", "BILLING_DEDUP_RETENTION"},
 		{"BILLING_DEDUP_RETENTION", "1m", "BILLING_DEDUP_RETENTION"},
 		{"BILLING_DEFAULT_CURRENCY", "usd", "BILLING_DEFAULT_CURRENCY"},
