@@ -73,7 +73,10 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 
 	// Twenty orders a second for the length of the outage.
 	start, lastBatch := time.Now(), time.Time{}
-	var pending, oldest float64
+	var (
+		pending, oldest float64
+		notReadySince   time.Time
+	)
 	poll.Until(t, "the invoice topic's outage to end", invoiceTopicOutage+time.Minute, func() bool {
 		if time.Since(lastBatch) >= time.Second {
 			produceSome(20)
@@ -84,8 +87,15 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 		if n := m[`billing_published_events_total{type="InvoiceCharged"}`]; n != 0 {
 			t.Fatalf("%v events published while the broker refuses them", n)
 		}
-		if code := status(base + "/readyz"); code != http.StatusOK {
-			t.Fatalf("/readyz = %d while only the invoice topic refuses writes, want 200: billing goes on", code)
+		// A probe may miss once under load; not ready for seconds is billing
+		// stopping for the invoice topic.
+		switch code := status(base + "/readyz"); {
+		case code == http.StatusOK:
+			notReadySince = time.Time{}
+		case notReadySince.IsZero():
+			notReadySince = time.Now()
+		case time.Since(notReadySince) > 2*time.Second:
+			t.Fatalf("/readyz = %d for 2 s while only the invoice topic refuses writes, want 200: billing goes on", code)
 		}
 		return time.Since(start) >= invoiceTopicOutage
 	})
@@ -97,6 +107,9 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 	if invoiced < produced/2 || st.Pending < invoiced-100 {
 		t.Errorf("after %v of outage: %d of %d orders invoiced, %d events waiting; want billing going on and every event waiting",
 			invoiceTopicOutage, invoiced, produced, st.Pending)
+	}
+	if pending < float64(invoiced)/2 {
+		t.Errorf("billing_outbox_pending reached %v with %d invoices and nothing published", pending, invoiced)
 	}
 	if oldest < (invoiceTopicOutage / 2).Seconds() {
 		t.Errorf("billing_outbox_oldest_seconds reached %v s in a %v outage", oldest, invoiceTopicOutage)
