@@ -223,12 +223,17 @@ func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.D
 // readPartition reads the records of one partition in offsets [from, to).
 func readPartition(ctx context.Context, brokers []string, topic string, partition int, from, to int64) ([]kafkago.Message, error) {
 	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers:        brokers,
-		Topic:          topic,
-		Partition:      partition,
-		MinBytes:       1,
-		MaxBytes:       10 << 20,
-		MaxWait:        100 * time.Millisecond,
+		Brokers:   brokers,
+		Topic:     topic,
+		Partition: partition,
+		MinBytes:  1,
+		MaxBytes:  10 << 20,
+		// The reader gives each fetch's reply MaxWait to start arriving and
+		// fetches again after a timeout: under -race on a loaded machine a
+		// reply of megabytes took longer than 100 ms every time, and the read
+		// never progressed. The records are there (ReadAll waited for them),
+		// so the broker answers at once and a longer wait costs nothing.
+		MaxWait:        2 * time.Second,
 		ReadBackoffMax: 100 * time.Millisecond,
 	})
 	defer r.Close()
