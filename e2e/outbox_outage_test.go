@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,30 +37,29 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 	if err := e.kc.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: invoiceTopic, Partitions: partitions}}); err != nil {
 		t.Fatal(err)
 	}
-	maxMessageBytes := func(v string) {
+	// maxMessageBytes sets the invoice topic's max.message.bytes (op Set)
+	// or drops the override (op Delete), leaving its other configs alone.
+	maxMessageBytes := func(op kafkago.ConfigOperation, v string) {
 		t.Helper()
-		tr := &kafkago.Transport{}
-		defer tr.CloseIdleConnections()
-		c := &kafkago.Client{Addr: kafkago.TCP(e.brokers...), Transport: tr}
-		resp, err := c.AlterConfigs(ctx, &kafkago.AlterConfigsRequest{Resources: []kafkago.AlterConfigRequestResource{{
+		c, done := e.kc.Client()
+		defer done()
+		resp, err := c.IncrementalAlterConfigs(ctx, &kafkago.IncrementalAlterConfigsRequest{Resources: []kafkago.IncrementalAlterConfigsRequestResource{{
 			ResourceType: kafkago.ResourceTypeTopic, ResourceName: invoiceTopic,
-			Configs: []kafkago.AlterConfigRequestConfig{{Name: "max.message.bytes", Value: v}},
+			Configs: []kafkago.IncrementalAlterConfigsRequestConfig{{Name: kafkaclient.MaxMessageBytesConfig, Value: v, ConfigOperation: op}},
 		}}})
 		if err == nil {
-			for _, rerr := range resp.Errors {
-				if rerr != nil {
-					err = rerr
-				}
+			for _, r := range resp.Resources {
+				err = cmp.Or(err, r.Error)
 			}
 		}
 		if err != nil {
-			t.Fatalf("set max.message.bytes=%s on %s: %v", v, invoiceTopic, err)
+			t.Fatalf("max.message.bytes %q (operation %d) on %s: %v", v, op, invoiceTopic, err)
 		}
 	}
 	// No record fits: every write is refused (MESSAGE_TOO_LARGE). On one
 	// broker min.insync.replicas cannot do it: Kafka caps it at the
 	// replication factor.
-	maxMessageBytes("1")
+	maxMessageBytes(kafkago.ConfigOperationSet, "1")
 
 	p := e.start("run")
 	base := "http://" + httpAddr(t, p)
@@ -115,7 +115,7 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 		t.Errorf("billing_outbox_oldest_seconds reached %v s in a %v outage", oldest, invoiceTopicOutage)
 	}
 
-	maxMessageBytes("1048588") // Kafka's default
+	maxMessageBytes(kafkago.ConfigOperationDelete, "") // back to the broker's default
 	restored := time.Now()
 	poll.Until(t, "every order invoiced, the outbox empty", 3*time.Minute, func() bool {
 		st, err := e.store.OutboxStats(ctx)
