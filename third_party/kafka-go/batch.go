@@ -173,6 +173,9 @@ func (batch *Batch) Read(b []byte) (int, error) {
 			return discardN(r, size-nbytes, n-nbytes)
 		},
 	)
+	if err == nil { // billing patch: nothing of the record is kept
+		batch.msgs.releaseCharged()
+	}
 
 	if err == nil && n > len(b) {
 		n, err = len(b), io.ErrShortBuffer
@@ -213,6 +216,7 @@ func (batch *Batch) ReadMessage() (Message, error) {
 		if err != nil {
 			break
 		}
+		batch.msgs.releaseCharged() // billing patch: the record skipped
 		offset, timestamp, headers, err = batch.readMessage(
 			func(r *bufio.Reader, size int, nbytes int) (remain int, err error) {
 				msg.Key, remain, err = readNewBytes(r, size, nbytes)

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -123,6 +124,27 @@ type ReadBatchConfig struct {
 	// For backward compatibility, when this field is left zero, kafka-go will
 	// infer the max wait from the connection's read deadline.
 	MaxWait time.Duration
+
+	// MaxBatchBytes bounds what a compressed batch may hold once
+	// decompressed (billing patch, bounded.go): a batch that would hold more
+	// is not decoded, and each of its offsets comes back as a stub message
+	// with one header, BatchOmittedKey. Zero means DefaultMaxBatchBytes.
+	MaxBatchBytes int
+
+	// MaxRecordHeaders bounds the headers decoded for one record (billing
+	// patch): a record with more comes back with one header,
+	// HeadersDroppedKey. Zero means MaxRecordHeaders.
+	MaxRecordHeaders int
+
+	// Budget, when set, is charged with what reading holds before it is
+	// allocated (billing patch, bounded.go); the caller releases the
+	// MessageBytes of each message ReadMessage returns once done with it.
+	Budget Budget
+
+	// billing patch: set by the Reader, which waits on the budget until its
+	// ctx ends and moves its read deadline after a wait.
+	ctx    context.Context
+	waited func()
 }
 
 type IsolationLevel int8
@@ -868,7 +890,8 @@ func (c *Conn) ReadBatchWith(cfg ReadBatchConfig) *Batch {
 			msgs = &messageSetReader{empty: true}
 		} else {
 			// billing patch: the filter is set before the first header is read.
-			msgs, err = newMessageSetReaderTxn(&c.rbuf, remain, newTxnFilter(cfg.IsolationLevel == ReadCommitted, aborted))
+			msgs, err = newMessageSetReaderLimits(&c.rbuf, remain, newTxnFilter(cfg.IsolationLevel == ReadCommitted, aborted),
+				readLimits{maxBatch: cfg.MaxBatchBytes, maxHeaders: cfg.MaxRecordHeaders, budget: cfg.Budget, ctx: cfg.ctx, waited: cfg.waited})
 		}
 	}
 	if errors.Is(err, errShortRead) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"log"
 	"strconv"
 )
@@ -29,6 +28,15 @@ type messageSetReader struct {
 	// aborted records; hiddenNext is the offset after the last batch hidden.
 	txn        *txnFilter
 	hiddenNext int64
+
+	// billing patch (bounded.go): limits bound what is decoded and charge
+	// it to a budget; omitted is a compressed batch not decoded, whose
+	// stubs are returned next; charged is what the record last returned
+	// holds of the budget, which passes with it to the caller.
+	limits         readLimits
+	omitted        *omittedBatch
+	charged        int64
+	keyLen, valLen int64 // of the record being read, for charged
 }
 
 type readerStack struct {
@@ -38,6 +46,7 @@ type readerStack struct {
 	parent *readerStack
 	count  int            // how many messages left in the current message set
 	header messagesHeader // the current header for a subset of messages within the set.
+	held   int64          // billing patch: the budget's bytes this decompressed set holds, released when it is popped
 }
 
 // messagesHeader describes a set of records. there may be many messagesHeader's in a message set.
@@ -94,6 +103,12 @@ func newMessageSetReader(reader *bufio.Reader, remain int) (*messageSetReader, e
 // newMessageSetReaderTxn is newMessageSetReader with a filter of the
 // transaction markers and aborted records (billing patch).
 func newMessageSetReaderTxn(reader *bufio.Reader, remain int, txn *txnFilter) (*messageSetReader, error) {
+	return newMessageSetReaderLimits(reader, remain, txn, readLimits{})
+}
+
+// newMessageSetReaderLimits is newMessageSetReaderTxn with bounds on what is
+// decoded, and the budget it charges (billing patch, bounded.go).
+func newMessageSetReaderLimits(reader *bufio.Reader, remain int, txn *txnFilter, limits readLimits) (*messageSetReader, error) {
 	res := &messageSetReader{
 		readerStack: &readerStack{
 			reader: reader,
@@ -101,6 +116,7 @@ func newMessageSetReaderTxn(reader *bufio.Reader, remain int, txn *txnFilter) (*
 		},
 		decompressed: acquireBuffer(),
 		txn:          txn,
+		limits:       limits,
 	}
 	err := res.readHeader()
 	return res, err
@@ -125,8 +141,9 @@ func (r *messageSetReader) discard() (err error) {
 		// actual i/o.  the rest are byte buffers that have been pushed on the stack
 		// while reading compressed message sets.
 		for r.parent != nil {
-			r.readerStack = r.parent
+			r.pop() // billing patch: releases the decompressed set
 		}
+		r.omitted = nil // billing patch: its stubs were not asked for
 		err = r.discardN(r.remain)
 	}
 	return
@@ -138,6 +155,10 @@ func (r *messageSetReader) readMessage(min int64, key readBytesFunc, val readByt
 	if r.empty {
 		err = RequestTimedOut
 		return
+	}
+	r.charged = 0
+	if r.omitted != nil { // billing patch: the stubs of a batch not decoded
+		return r.nextOmitted()
 	}
 	if err = r.readVisibleHeader(); err != nil { // billing patch
 		return
@@ -160,7 +181,7 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 
 	for r.readerStack != nil {
 		if r.remain == 0 {
-			r.readerStack = r.parent
+			r.pop() // billing patch: releases the decompressed set
 			continue
 		}
 		if err = r.readHeader(); err != nil {
@@ -179,26 +200,38 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 			r.log("Reading with codec=%T", codec)
 		}
 		if codec != nil {
+			if r.parent != nil { // billing patch: Kafka never nests compression
+				err = fmt.Errorf("compressed message at offset %d inside a compressed message set", offset)
+				return
+			}
 			// discard next four bytes...will be -1 to indicate null key
 			if err = r.discardN(4); err != nil {
 				return
 			}
 
-			// read and decompress the contained message set.
-			r.decompressed.Reset()
+			// read and decompress the contained message set (billing
+			// patch: bounded, see bounded.go).
+			var data []byte
+			var omitted string
 			if err = r.readBytesWith(func(br *bufio.Reader, sz int, n int) (remain int, err error) {
 				if n < 0 { // billing patch: a null or negative length, from the wire
 					return sz, fmt.Errorf("compressed message at offset %d has a value of length %d", offset, n)
 				}
-				// x4 as a guess that the average compression ratio is near 75%
-				r.decompressed.Grow(4 * n)
-				limitReader := io.LimitedReader{R: br, N: int64(n)}
-				codecReader := codec.NewReader(&limitReader)
-				_, err = r.decompressed.ReadFrom(codecReader)
-				remain = sz - (n - int(limitReader.N))
-				codecReader.Close()
+				data, omitted, remain, err = r.decompress(br, sz, n, codec)
 				return
 			}); err != nil {
+				r.releaseBatch(int64(len(data)))
+				return
+			}
+			if omitted != "" {
+				// One stub, at the compressed message's offset: the
+				// offsets of the messages inside are not known.
+				r.markRead()
+				if offset < min {
+					continue
+				}
+				r.omit(codec, true, offset, offset, timestamp, omitted)
+				offset, _, timestamp, headers, err = r.nextOmitted()
 				return
 			}
 
@@ -209,7 +242,8 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 			// messages at offsets 10-13, then the container message will have
 			// offset 13 and the contained messages will be 0,1,2,3.  the base
 			// offset for the container, then is 13-3=10.
-			if offset, err = extractOffset(offset, r.decompressed.Bytes()); err != nil {
+			if offset, err = extractOffset(offset, data); err != nil {
+				r.releaseBatch(int64(len(data)))
 				return
 			}
 
@@ -221,10 +255,11 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 				// Allocate a buffer of size 0, which gets capped at 16 bytes
 				// by the bufio package. We are already reading buffered data
 				// here, no need to reserve another 4KB buffer.
-				reader: bufio.NewReaderSize(r.decompressed, 0),
-				remain: r.decompressed.Len(),
+				reader: bufio.NewReaderSize(bytes.NewReader(data), 0),
+				remain: len(data),
 				base:   offset,
 				parent: r.readerStack,
+				held:   int64(len(data)),
 			}
 			continue
 		}
@@ -255,12 +290,26 @@ func (r *messageSetReader) readMessageV1(min int64, key readBytesFunc, val readB
 			r.markRead()
 			continue
 		}
-		if err = r.readBytesWith(key); err != nil {
+		// billing patch: the message's key and value fit in its length,
+		// charged before they are read.
+		bound := int64(r.header.length)
+		if rem := int64(r.remain); bound > rem || bound < 0 {
+			bound = max(rem, 0)
+		}
+		if err = r.acquireRecord(bound); err != nil {
 			return
 		}
-		if err = r.readBytesWith(val); err != nil {
+		left := bound
+		if err = r.readBytesWith(r.bounded(key, &left)); err != nil {
+			r.release(bound)
 			return
 		}
+		if err = r.readBytesWith(r.bounded(val, &left)); err != nil {
+			r.release(bound)
+			return
+		}
+		r.charged = bound - left
+		r.release(left)
 		r.markRead()
 		return
 	}
@@ -291,24 +340,33 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 				err = fmt.Errorf("batch remain < 0 (%d)", batchRemain)
 				return
 			}
-			r.decompressed.Reset()
-			// x4 as a guess that the average compression ratio is near 75%
-			r.decompressed.Grow(4 * batchRemain)
-			limitReader := io.LimitedReader{R: r.reader, N: int64(batchRemain)}
-			codecReader := codec.NewReader(&limitReader)
-			_, err = r.decompressed.ReadFrom(codecReader)
-			codecReader.Close()
+			if r.parent != nil { // billing patch: Kafka never nests compression
+				err = fmt.Errorf("compressed record batch at offset %d inside a compressed batch", r.header.firstOffset)
+				return
+			}
+			// billing patch: bounded, see bounded.go.
+			var data []byte
+			var omitted string
+			data, omitted, r.remain, err = r.decompress(r.reader, r.remain, batchRemain, codec)
 			if err != nil {
 				return
 			}
-			r.remain -= batchRemain - int(limitReader.N)
+			if omitted != "" {
+				// None of the batch's records is read: each of its offsets
+				// gets a stub, and the next header is the next batch's.
+				h := r.header
+				r.count, r.lengthRemain = 0, 0
+				r.omit(codec, false, h.firstOffset, h.firstOffset+int64(h.v2.lastOffsetDelta), h.v2.firstTimestamp, omitted)
+				return r.nextOmitted()
+			}
 			r.readerStack = &readerStack{
-				reader: bufio.NewReaderSize(r.decompressed, 0), // the new stack reads from the decompressed buffer
-				remain: r.decompressed.Len(),
+				reader: bufio.NewReaderSize(bytes.NewReader(data), 0), // the new stack reads from the decompressed buffer
+				remain: len(data),
 				base:   -1, // base is unused here
 				parent: r.readerStack,
 				header: r.header,
 				count:  r.count,
+				held:   int64(len(data)),
 			}
 			// all of the messages in this set are in the decompressed set just pushed onto the reader
 			// stack. here we set the parent count to 0 so that when the child set is exhausted, the
@@ -322,6 +380,24 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 		return
 	}
 	lengthOfLength := remainBefore - r.remain
+	// billing patch: what the record holds once decoded is charged before
+	// it is decoded, at most recordBound of its length; its key, value and
+	// headers must fit in that length (left), and what they did not take
+	// is given back once they are read.
+	bound := recordBound(max(0, min(length, int64(r.remain))), r.limits.headerLimit())
+	if err = r.acquireRecord(bound); err != nil {
+		return
+	}
+	left := max(0, min(length, int64(r.remain)))
+	defer func() {
+		if err != nil {
+			r.release(bound)
+			headers = nil
+			return
+		}
+		r.charged = recordBytes(int(r.keyLen), int(r.valLen), headers)
+		r.release(bound - r.charged)
+	}()
 	var attrs int8
 	if err = r.readInt8(&attrs); err != nil {
 		return
@@ -336,10 +412,10 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 		return
 	}
 	offset = r.header.firstOffset + offsetDelta
-	if err = r.runFunc(key); err != nil {
+	if r.keyLen, err = r.runFuncBounded(key, &left); err != nil {
 		return
 	}
-	if err = r.runFunc(val); err != nil {
+	if r.valLen, err = r.runFuncBounded(val, &left); err != nil {
 		return
 	}
 	var headerCount int64
@@ -350,7 +426,11 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 		err = errShortRead // as for a record cut by the fetch size
 		return
 	}
-	if headerCount > MaxRecordHeaders { // billing patch: see MaxRecordHeaders
+	if headerCount > length/2 { // billing patch: and they are in the record's length
+		err = fmt.Errorf("record at offset %d: %d headers in a record of %d bytes", offset, headerCount, length)
+		return
+	}
+	if headerCount > int64(r.limits.headerLimit()) { // billing patch: see MaxRecordHeaders
 		if err = r.discardHeaders(headerCount); err != nil {
 			return
 		}
@@ -360,7 +440,7 @@ func (r *messageSetReader) readMessageV2(_ int64, key readBytesFunc, val readByt
 	if headerCount > 0 {
 		headers = make([]Header, headerCount)
 		for i := range headers {
-			if err = r.readMessageHeader(&headers[i]); err != nil {
+			if err = r.readMessageHeader(&headers[i], &left); err != nil {
 				return
 			}
 		}
@@ -399,7 +479,7 @@ func (r *messageSetReader) unwindStack() {
 				if r.debug {
 					r.log("Popped reader stack")
 				}
-				r.readerStack = r.parent
+				r.pop() // billing patch: releases the decompressed set
 				continue
 			}
 		}
@@ -440,9 +520,12 @@ func (r *messageSetReader) discardHeaders(n int64) (err error) {
 	return nil
 }
 
-func (r *messageSetReader) readMessageHeader(header *Header) (err error) {
+func (r *messageSetReader) readMessageHeader(header *Header, left *int64) (err error) {
 	var keyLen int64
 	if err = r.readVarInt(&keyLen); err != nil {
+		return
+	}
+	if err = r.fits(keyLen, left); err != nil { // billing patch
 		return
 	}
 	if header.Key, err = r.readNewString(int(keyLen)); err != nil {
@@ -450,6 +533,9 @@ func (r *messageSetReader) readMessageHeader(header *Header) (err error) {
 	}
 	var valLen int64
 	if err = r.readVarInt(&valLen); err != nil {
+		return
+	}
+	if err = r.fits(valLen, left); err != nil { // billing patch
 		return
 	}
 	if header.Value, err = r.readNewBytes(int(valLen)); err != nil {

@@ -522,6 +522,15 @@ type ReaderConfig struct {
 	// This flag is being added to retain backwards-compatibility, so it will be
 	// removed in a future version of kafka-go.
 	OffsetOutOfRangeError bool
+
+	// MaxBatchBytes, MaxRecordHeaders and Budget bound what the reader
+	// decodes (billing patch): see ReadBatchConfig. With a Budget, the
+	// caller of FetchMessage or ReadMessage releases the MessageBytes of
+	// each message it gets once done with it; messages the reader drops
+	// (when it is closed or its offset set) are released by the reader.
+	MaxBatchBytes    int
+	MaxRecordHeaders int
+	Budget           Budget
 }
 
 // Validate method validates ReaderConfig properties.
@@ -772,6 +781,9 @@ func (r *Reader) Close() error {
 
 	if !closed {
 		close(r.msgs)
+		for m := range r.msgs { // billing patch: messages no one will fetch
+			release(r.config.Budget, m.message)
+		}
 	}
 
 	return nil
@@ -859,6 +871,7 @@ func (r *Reader) FetchMessage(ctx context.Context) (Message, error) {
 
 				return m.message, m.error
 			}
+			release(r.config.Budget, m.message) // billing patch: a message of an earlier offset, dropped
 		}
 	}
 }
@@ -1216,6 +1229,11 @@ func (r *Reader) start(offsetsByPartition map[topicPartition]int64) {
 
 				// backwards-compatibility flags
 				offsetOutOfRangeError: r.config.OffsetOutOfRangeError,
+
+				// billing patch
+				maxBatchBytes:    r.config.MaxBatchBytes,
+				maxRecordHeaders: r.config.MaxRecordHeaders,
+				budget:           r.config.Budget,
 			}).run(ctx, offset)
 		}(ctx, key, offset, &r.join)
 	}
@@ -1244,6 +1262,11 @@ type reader struct {
 	maxAttempts      int
 
 	offsetOutOfRangeError bool
+
+	// billing patch
+	maxBatchBytes    int
+	maxRecordHeaders int
+	budget           Budget
 }
 
 type readerMessage struct {
@@ -1498,6 +1521,13 @@ func (r *reader) read(ctx context.Context, offset int64, conn *Conn) (int64, err
 		MinBytes:       r.minBytes,
 		MaxBytes:       r.maxBytes,
 		IsolationLevel: r.isolationLevel,
+		// billing patch: waits on the budget end with the reader, and
+		// leave the read time that follow them.
+		MaxBatchBytes:    r.maxBatchBytes,
+		MaxRecordHeaders: r.maxRecordHeaders,
+		Budget:           r.budget,
+		ctx:              ctx,
+		waited:           func() { conn.SetReadDeadline(time.Now().Add(r.readBatchTimeout)) },
 	})
 	highWaterMark := batch.HighWaterMark()
 
@@ -1553,6 +1583,7 @@ func (r *reader) sendMessage(ctx context.Context, msg Message, watermark int64) 
 	case r.msgs <- readerMessage{version: r.version, message: msg, watermark: watermark}:
 		return nil
 	case <-ctx.Done():
+		release(r.budget, msg) // billing patch: dropped
 		return ctx.Err()
 	}
 }

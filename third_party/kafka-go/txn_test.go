@@ -442,6 +442,11 @@ func gzipped(t testing.TB, tb testBatch) []byte {
 // or a loop. The response's size is that of the input: a size claiming more
 // bytes than arrive is TestBillingPatchAbortedTransactionsCount's case (and
 // PATCHES.md's "Not changed").
+//
+// billing.4: it reads with a bound on decompressed batches (64 KiB) and a
+// budget, and releases each message's MessageBytes as a caller does: once
+// the Batch is closed the budget holds nothing, whatever was read, stubbed,
+// skipped or cut, and no release gives back more than was taken.
 func FuzzBillingPatchRead(f *testing.F) {
 	var stream []byte
 	for _, b := range txnStream {
@@ -450,7 +455,13 @@ func FuzzBillingPatchRead(f *testing.F) {
 	withEmpty := slices.Concat(data(0, -1, "p1").encode(), empty(1, 7, 0).encode(), empty(2, -1, 1).encode(),
 		marker(4, 7, 1).encode(), data(5, 8, "b").encode(), marker(6, 8, 0).encode())
 	compressed := slices.Concat(gzipped(f, data(0, 7, "a1", "a2", "a3")), marker(3, 7, 0).encode(), gzipped(f, data(4, -1, "p1", "p2")))
+	var bombs []byte // over the fuzz's bound, in every codec, between plain records
+	for i, c := range codecs {
+		bombs = append(bombs, data(int64(3*i), -1, "p").encode()...)
+		bombs = append(bombs, compressedBatch(f, c.codec, c.code, int64(3*i+1), 1<<17, 10)...)
+	}
 	for _, v10 := range []bool{true, false} {
+		f.Add(fetchResponse(v10, -1, nil, bombs), v10, true)
 		f.Add(fetchResponse(v10, int32(len(txnAborted)), txnAborted, stream), v10, true)
 		f.Add(fetchResponse(v10, -1, nil, stream), v10, false)
 		f.Add(fetchResponse(v10, 1, []abortedTransaction{{ProducerId: 8, FirstOffset: 5}}, withEmpty), v10, true)
@@ -462,18 +473,25 @@ func FuzzBillingPatchRead(f *testing.F) {
 		if err != nil {
 			return
 		}
-		msgs, err := newMessageSetReaderTxn(r, remain, newTxnFilter(readCommitted, aborted))
+		budget := &countingBudget{}
+		msgs, err := newMessageSetReaderLimits(r, remain, newTxnFilter(readCommitted, aborted),
+			readLimits{maxBatch: 1 << 16, budget: budget})
 		batch := &Batch{msgs: msgs, err: dontExpectEOF(err)}
 		const maxReads = 1 << 20 // far more records than a fuzzed input decompresses to
 		for i := 0; ; i++ {
-			if _, err := batch.ReadMessage(); err != nil {
+			m, err := batch.ReadMessage()
+			if err != nil {
 				break
 			}
+			budget.ReleaseRecord(MessageBytes(m))
 			if i == maxReads {
 				t.Fatalf("no end after %d records from %d bytes", i, len(resp))
 			}
 		}
 		batch.Close()
+		if budget.held != 0 || budget.negative != 0 {
+			t.Fatalf("after the Batch closed the budget holds %d bytes (%d negative releases)", budget.held, budget.negative)
+		}
 	})
 }
 
