@@ -17,7 +17,7 @@ IMAGE ?= billing
 # Go module proxy and run it. An explicit GOTOOLCHAIN in the environment wins
 # (scripts/deps.sh refuses one that runs an older Go).
 export GOTOOLCHAIN ?= $(shell awk '$$1 == "toolchain" {print $$2}' go.mod)
-# Short fuzzing of the event decoder inside `make test`: a count of inputs, not a
+# Short fuzzing of the event decoder and the gateway reply reader inside `make test`: a count of inputs, not a
 # duration, because a time limit that expires while an input is being minimized
 # fails the run with "context deadline exceeded" (a go test -fuzz quirk).
 FUZZTIME ?= 300000x
@@ -30,7 +30,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## install what the tests need (Postgres server, PgBouncer, JDK, Maven, Kafka broker jars) if missing
+deps: ## install what the tests and the lint need (Postgres server, PgBouncer, JDK, Maven, Kafka broker jars, Prometheus and promtool, stripe-mock, squawk, golangci-lint) if missing
 	@scripts/deps.sh
 
 .PHONY: build
@@ -41,7 +41,7 @@ build: ## build the static binary bin/billing
 image: ## build the container image $(IMAGE):$(VERSION), version and revision stamped (needs Docker)
 	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE):$(VERSION) .
 
-.PHONY: test test-service test-e2e test-deploy test-bench test-kafka-go
+.PHONY: test test-unit test-service test-e2e test-deploy test-bench test-kafka-go
 # The repository holds four modules: the service's (the root: what the
 # binary and its unit tests need), and the end-to-end suite (e2e/), the
 # manifests' and rules' checks (deploy/) and the benchmark driver (bench/),
@@ -58,30 +58,59 @@ image: ## build the container image $(IMAGE):$(VERSION), version and revision st
 # brokers do not run).
 GOFILES = $$(git ls-files '*.go' ':!third_party/')
 MODULES = . e2e deploy bench
+# Every go test of `make test` runs all of go vet's checks (-vet=all: what
+# `go vet` runs, where go test's default is a subset) on the graph it builds
+# for the tests, so vet adds no build of its own. The fuzz runs, which build
+# the same packages instrumented, need no second vet.
+VETALL = -vet=all
 
-test: deps ## vet, gofmt, all tests with -race (real Postgres, in-process and real Kafka, real Prometheus), short fuzz
+# `make test` does not run scripts/deps.sh: CI (.ci/run) runs it before, and
+# on a developer's machine `make deps` once is enough. BILLING_E2E=1 makes a
+# test whose program is missing fail, naming scripts/deps.sh.
+test: ## gofmt, go vet and all tests, with -race but for deploy/ (real Postgres, in-process and real Kafka, real Prometheus), short fuzz; needs `make deps` once
 	@test -z "$$(gofmt -l $(GOFILES))" || { echo "gofmt needed:"; gofmt -l $(GOFILES); exit 1; }
-	@for m in $(MODULES); do echo "go vet ($$m)"; $(GO) -C $$m vet ./... || exit 1; done
+	@! git grep -n -E 'CONTRACT(\.md| §)' -- ':!third_party' ':!infra/postgres/testdata/released' ':!Makefile' || { echo "cite docs/interface.md: a clone has no CONTRACT.md"; exit 1; }
 	$(MAKE) --no-print-directory -j4 -Otarget test-service test-e2e test-deploy test-bench test-kafka-go
 
-test-service: ## the service's module: every package's tests with -race, then a short fuzz of the decoder
-	BILLING_E2E=1 $(GO) test -race -count=1 -timeout 30m ./...
-	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./core/order
+# The fast lane: no -race (a second build of the graph), and every test
+# that needs a program from outside Go (Postgres, a real broker, PgBouncer,
+# stripe-mock) skipped by -short (internal/testkit/needs). It needs no
+# scripts/deps.sh.
+test-unit: ## the service's module with -short: every test that needs no Postgres, real broker, PgBouncer or stripe-mock (no deps, about a minute)
+	$(GO) test -short -count=1 ./...
 
-test-e2e: ## the built binary against a real Kafka broker, Postgres and Prometheus
-	BILLING_E2E=1 $(GO) -C e2e test -race -count=1 -timeout 30m ./...
+# The per-stage CPU benchmarks run as a smoke: a hundred iterations each, so
+# that one that breaks fails here; their figures come from
+# `go test -bench -benchmem -count 6`.
+STAGE_BENCH = Decode|Charge|ReadReply|Classify|Grouper
+test-service: ## the service's module: go vet, every package's tests with -race, a smoke run of the per-stage benchmarks, then a short fuzz of the event decoder and the gateway reply reader
+	BILLING_E2E=1 $(GO) test -race $(VETALL) -count=1 -timeout 30m ./...
+	$(GO) test -vet=off -run='^$$' -bench='$(STAGE_BENCH)' -benchtime=100x -benchmem ./core/order ./adapters/in/kafka/wire ./adapters/out/http ./infra/postgres
+	$(GO) test -vet=off -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./adapters/in/kafka/wire
+	$(GO) test -vet=off -run='^$$' -fuzz=FuzzReadReply -fuzztime=$(FUZZTIME) ./adapters/out/http
 
-test-deploy: ## the manifests, rules (promtool), dashboard and image checks
-	BILLING_E2E=1 $(GO) -C deploy test -race -count=1 -timeout 30m ./...
+# e2e and the bench driver's smoke test run bin/billing, built once here
+# (as `make build` and the image build it), rather than each building its own.
+test-e2e: build ## go vet, the built binary against a real Kafka broker, Postgres and Prometheus
+	BILLING_E2E=1 BILLING_BIN=$(CURDIR)/$(BIN) $(GO) -C e2e test -race $(VETALL) -count=1 -timeout 30m ./...
 
-test-bench: ## the benchmark driver's own tests (its pgbench scripts against Postgres)
-	BILLING_E2E=1 $(GO) -C bench test -race -count=1 -timeout 30m ./...
+# Without -race (`make test` keeps it everywhere else): these tests read,
+# render and parse files and run promtool and a build; what they share runs
+# through sync.OnceValues and sync.Map, and none of the service's concurrent
+# code runs here. The race build of their graph (Kubernetes, Prometheus) was
+# the largest compile of make test; the plain one is the graph `make lint`'s
+# go vet builds anyway.
+test-deploy: ## go vet, the manifests, rules (promtool), dashboard and image checks
+	BILLING_E2E=1 $(GO) -C deploy test $(VETALL) -count=1 -timeout 30m ./...
+
+test-bench: build ## go vet, the benchmark driver's own tests (its pgbench scripts against Postgres, a smoke run of bin/billing)
+	BILLING_E2E=1 BILLING_BIN=$(CURDIR)/$(BIN) $(GO) -C bench test -race $(VETALL) -count=1 -timeout 30m ./...
 
 test-kafka-go: ## the patched kafka-go's tests, upstream's tests of the files the patch touches, a short fuzz of its read path
-	cd third_party/kafka-go && $(GO) vet . && $(GO) test -race -count=1 -run 'BillingPatch' ./
+	cd third_party/kafka-go && $(GO) test -race $(VETALL) -count=1 -run 'BillingPatch' ./
 	GO="$(GO)" scripts/kafka-go-upstream-tests.sh
 	cd third_party/kafka-go && \
-		$(GO) test -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzztime=$(FUZZTIME_KAFKA) -fuzzminimizetime=100x ./
+		$(GO) test -vet=off -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzztime=$(FUZZTIME_KAFKA) -fuzzminimizetime=100x ./
 
 .PHONY: vulncheck
 # govulncheck against one snapshot of the Go vulnerability database, VULNDB: the
@@ -113,7 +142,7 @@ bench: deps build ## throughput report: bin/billing vs pgbench on real Postgres 
 	$(BILLBENCH) -out $(CURDIR)/bench/out/report.md $(BENCHFLAGS)
 
 .PHONY: bench-memory
-bench-memory: deps build ## only the memory lines of `make bench`: peak RSS at in-flight 64 with ~900 KB events of empty headers, and of a padded value (~1 min), in bench/out/memory.md
+bench-memory: deps build ## only the memory lines of `make bench`: peak RSS at in-flight 64 with ~900 KB events of empty headers, of a padded value, and with zstd and gzip bombs on every partition (~2 min), in bench/out/memory.md
 	$(BILLBENCH) -flood-only -out $(CURDIR)/bench/out/memory.md $(BENCHFLAGS)
 
 .PHONY: lint
@@ -121,8 +150,16 @@ bench-memory: deps build ## only the memory lines of `make bench`: peak RSS at i
 # fails on any finding (.golangci.yaml says what it checks). Every module is
 # linted with the root's .golangci.yaml (-c: not left to the upward search
 # from the module's directory), and all of them are, before it fails.
-GOLANGCI_LINT ?= $(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
-lint: ## go vet and golangci-lint (.golangci.yaml: staticcheck and the linters that earn their place), every module; fails on any finding
+# It is built once by scripts/deps.sh (check golangcilint: no allowed registry
+# ships it prebuilt) into the cache directory beside stripe-mock's, outside the
+# repository and the build cache; GOLANGCI_LINT_VERSION must match deps.sh's.
+GOLANGCI_LINT_VERSION = v2.15.0
+GOLANGCI_LINT ?= $(or $(BILLING_CACHE_DIR),/var/cache/billing)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+# squawk lints every migration file (migrations/.squawk.toml) and must fail a
+# planted CREATE INDEX without CONCURRENTLY (scripts/squawk.sh).
+lint: ## squawk on every migration, go vet and golangci-lint (.golangci.yaml: staticcheck and the linters that earn their place), every module; fails on any finding
+	$(if $(filter file,$(origin GOLANGCI_LINT)),@scripts/deps.sh golangcilint)
+	scripts/squawk.sh
 	$(GO) vet -tags demo ./cmd/billing ./internal/demo
 	@fail=0; for m in $(MODULES); do \
 		echo "lint ($$m)"; \

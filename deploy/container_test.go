@@ -140,7 +140,7 @@ func TestWiremockChargeMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	if m.Request.Method != "POST" || m.Request.URLPath != "/charges" {
-		t.Errorf("request: got %s %s, want POST /charges (CONTRACT.md §6)", m.Request.Method, m.Request.URLPath)
+		t.Errorf("request: got %s %s, want POST /charges (docs/interface.md §6)", m.Request.Method, m.Request.URLPath)
 	}
 	if _, ok := m.Request.Headers["Idempotency-Key"]; !ok {
 		t.Errorf("request: does not require Idempotency-Key")
@@ -252,7 +252,7 @@ func TestDockerfile(t *testing.T) {
 		"FROM":       "gcr.io/distroless/static-debian12:nonroot@" + digestOf(t, final[0].args),
 		"COPY":       "--from=build /billing /billing",
 		"USER":       "nonroot:nonroot",
-		"EXPOSE":     fmt.Sprint(httpPort(t, configField(t, "BILLING_HTTP_ADDR").Tag.Get("default"))),
+		"EXPOSE":     fmt.Sprint(httpPort(t, configVar(t, "BILLING_HTTP_ADDR").Default)),
 		"ENTRYPOINT": `["/billing"]`,
 		"CMD":        `["run"]`,
 	}

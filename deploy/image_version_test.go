@@ -85,8 +85,10 @@ func TestImageReportsVersion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("billing version: %v\n%s", err, out)
 	}
-	if want := "billing " + testVersion + " (revision " + testRevision + ", "; !strings.HasPrefix(string(out), want) {
-		t.Errorf("billing version = %q, want it to start with %q", out, want)
+	// The release first (CHANGELOG.md), then the build's stamped version
+	// and revision.
+	if want := " (build " + testVersion + ", revision " + testRevision + ", "; !strings.HasPrefix(string(out), "billing ") || !strings.Contains(string(out), want) {
+		t.Errorf("billing version = %q, want its first line to carry %q", out, want)
 	}
 
 	// make image passes every build argument of the Dockerfile.

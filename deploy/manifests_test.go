@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -162,6 +163,11 @@ type serviceMonitor struct {
 			Path          string `json:"path"`
 			Interval      string `json:"interval"`
 			ScrapeTimeout string `json:"scrapeTimeout"`
+			Relabelings   []struct {
+				SourceLabels []string `json:"sourceLabels,omitempty"`
+				Regex        string   `json:"regex,omitempty"`
+				Action       string   `json:"action,omitempty"`
+			} `json:"relabelings,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
@@ -198,6 +204,8 @@ func newObject(apiVersion, kind string) any {
 		return &appsv1.Deployment{}
 	case "batch/v1 Job":
 		return &batchv1.Job{}
+	case "batch/v1 CronJob":
+		return &batchv1.CronJob{}
 	case "v1 ConfigMap":
 		return &corev1.ConfigMap{}
 	case "v1 Service":
@@ -222,6 +230,10 @@ func newObject(apiVersion, kind string) any {
 		return &kafkaTopic{}
 	case "kafka.strimzi.io/v1beta2 KafkaUser":
 		return &kafkaUser{}
+	case "rbac.authorization.k8s.io/v1 Role":
+		return &rbacv1.Role{}
+	case "rbac.authorization.k8s.io/v1 RoleBinding":
+		return &rbacv1.RoleBinding{}
 	}
 	return nil
 }
@@ -375,18 +387,14 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// configField returns the struct field of config.Config read from BILLING_<name>.
-func configField(t *testing.T, env string) reflect.StructField {
+// configVar returns the variable called env.
+func configVar(t *testing.T, env string) config.Var {
 	t.Helper()
-	typ := reflect.TypeFor[config.Config]()
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		if config.Prefix+"_"+f.Tag.Get("envconfig") == env {
-			return f
-		}
+	v, ok := config.Lookup(env)
+	if !ok {
+		t.Fatalf("config has no variable %s", env)
 	}
-	t.Fatalf("config.Config has no field for %s", env)
-	return reflect.StructField{}
+	return v
 }
 
 // effective returns the value the process would see for env: the ConfigMap's
@@ -396,7 +404,7 @@ func effective(t *testing.T, cm *corev1.ConfigMap, env string) string {
 	if v, ok := cm.Data[env]; ok {
 		return v
 	}
-	return configField(t, env).Tag.Get("default")
+	return configVar(t, env).Default
 }
 
 func httpPort(t *testing.T, addr string) int32 {
@@ -443,7 +451,8 @@ func TestRenderedObjects(t *testing.T) {
 	t.Parallel()
 	// What each piece brings; the base holds plain Kubernetes kinds only,
 	// so it applies on a cluster with no CRD installed.
-	base := []string{"Deployment/" + appName, "Service/" + appName, "PodDisruptionBudget/" + appName, "NetworkPolicy/" + appName}
+	base := []string{"Deployment/" + appName, "Service/" + appName, "PodDisruptionBudget/" + appName, "NetworkPolicy/" + appName,
+		"CronJob/" + reconcileCronJob}
 	byComponent := map[string][]string{
 		compMonitoring: {"ServiceMonitor/" + appName, "PrometheusRule/" + appName, "ConfigMap/" + dashboardCM},
 		compHPA:        {"HorizontalPodAutoscaler/" + appName},
@@ -579,13 +588,23 @@ func TestDeploymentContract(t *testing.T) {
 		if !reflect.DeepEqual(ic.EnvFrom, c.EnvFrom) {
 			t.Errorf("init container envFrom %+v differs from the service's %+v", ic.EnvFrom, c.EnvFrom)
 		}
+		// A rollout adds a pod before it removes one (maxSurge 1,
+		// maxUnavailable 0): a new pod whose init container fails (a
+		// migration refused) costs no working pod, and a new pod of a
+		// release that does not run beside the old one waits, ready, with
+		// billing_consumption_paused{by="release"} while the old pods keep
+		// the partitions (deploy/README.md, "Rollouts").
+		if st := d.Spec.Strategy; st.Type != appsv1.RollingUpdateDeploymentStrategyType || st.RollingUpdate == nil ||
+			deref(st.RollingUpdate.MaxSurge) != intstr.FromInt32(1) || deref(st.RollingUpdate.MaxUnavailable) != intstr.FromInt32(0) {
+			t.Errorf("strategy: got %+v, want RollingUpdate with maxSurge 1 and maxUnavailable 0", st)
+		}
 		if sel, err := metav1.LabelSelectorAsMap(d.Spec.Selector); err != nil || !subset(sel, d.Spec.Template.Labels) {
 			t.Errorf("selector %v does not select the pod labels %v (%v)", d.Spec.Selector, d.Spec.Template.Labels, err)
 		}
 
 		// The named port is the port BILLING_HTTP_ADDR listens on, by default
 		// and as configured.
-		defPort := httpPort(t, configField(t, "BILLING_HTTP_ADDR").Tag.Get("default"))
+		defPort := httpPort(t, configVar(t, "BILLING_HTTP_ADDR").Default)
 		effPort := httpPort(t, effective(t, cm, "BILLING_HTTP_ADDR"))
 		var port *corev1.ContainerPort
 		for i := range c.Ports {
@@ -618,17 +637,22 @@ func TestDeploymentContract(t *testing.T) {
 			}
 		}
 
-		// The drain budget fits in the grace period, default and configured.
+		// The drain budget fits in the grace period, default and configured,
+		// with what the process does after the drain: closing the HTTP
+		// server (up to 5 s, internal/app) and flushing the last spans (up to
+		// 5 s, cmd/billing's tracingFlushTimeout).
+		const afterDrain = 10 * time.Second
 		for _, src := range []struct{ what, v string }{
-			{"default", configField(t, "BILLING_SHUTDOWN_TIMEOUT").Tag.Get("default")},
+			{"default", configVar(t, "BILLING_SHUTDOWN_TIMEOUT").Default},
 			{"configured", effective(t, cm, "BILLING_SHUTDOWN_TIMEOUT")},
 		} {
 			drain, err := time.ParseDuration(src.v)
 			if err != nil {
 				t.Fatalf("BILLING_SHUTDOWN_TIMEOUT %s %q: %v", src.what, src.v, err)
 			}
-			if spec.TerminationGracePeriodSeconds == nil || time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second <= drain {
-				t.Errorf("terminationGracePeriodSeconds: got %v, want more than the %s BILLING_SHUTDOWN_TIMEOUT %s", deref(spec.TerminationGracePeriodSeconds), src.what, drain)
+			if spec.TerminationGracePeriodSeconds == nil || time.Duration(*spec.TerminationGracePeriodSeconds)*time.Second <= drain+afterDrain {
+				t.Errorf("terminationGracePeriodSeconds: got %v, want more than the %s BILLING_SHUTDOWN_TIMEOUT %s and %s after it",
+					deref(spec.TerminationGracePeriodSeconds), src.what, drain, afterDrain)
 			}
 		}
 		checkPodSecurity(t, spec)
@@ -812,24 +836,15 @@ func TestEnvironmentIsKnownConfig(t *testing.T) {
 					t.Errorf("container %s: secret %s in a ConfigMap", c.Name, n)
 				}
 			}
+			// The secrets of the parts its command reads (README.md, "What
+			// each command reads"), from billing-secrets, and no other: the
+			// init container's migrate gets the database's alone.
+			checkCommandEnv(t, c.Name, c.Args, env, func(string) string { return secretName })
 			for n := range secretVars {
-				ref, ok := env.fromSecret[n]
-				if !ok || ref.Name != secretName {
-					t.Errorf("container %s: %s: got %+v, want a key of Secret %s", c.Name, n, ref, secretName)
-				}
-			}
-			// Every required variable is provided, and not optionally.
-			typ := reflect.TypeFor[config.Config]()
-			for i := range typ.NumField() {
-				f := typ.Field(i)
-				if f.Tag.Get("required") != "true" {
-					continue
-				}
-				n := config.Prefix + "_" + f.Tag.Get("envconfig")
-				_, inCM := env.fromConfigMap[n]
-				ref, inSecret := env.fromSecret[n]
-				if !inCM && (!inSecret || isTrue(ref.Optional)) {
-					t.Errorf("container %s: required %s is provided by neither the ConfigMap nor a non-optional Secret key", c.Name, n)
+				if v := configVar(t, n); commandParts(t, c.Args)&v.Part != 0 {
+					if _, ok := env.fromSecret[n]; !ok {
+						t.Errorf("container %s: %s: want a key of Secret %s", c.Name, n, secretName)
+					}
 				}
 			}
 		}
@@ -839,11 +854,9 @@ func TestEnvironmentIsKnownConfig(t *testing.T) {
 func TestBaseConfigMapHoldsDefaults(t *testing.T) {
 	t.Parallel()
 	cm := configMapNamed(t, render(t, baseDir), configMap)
-	typ := reflect.TypeFor[config.Config]()
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		n := config.Prefix + "_" + f.Tag.Get("envconfig")
-		def, hasDef := f.Tag.Lookup("default")
+	for _, v := range config.Vars() {
+		n := v.Name
+		def, hasDef := v.Default, v.Default != ""
 		got, ok := cm.Data[n]
 		switch {
 		case secretVars[n] && ok:
@@ -852,7 +865,7 @@ func TestBaseConfigMapHoldsDefaults(t *testing.T) {
 			t.Errorf("%s: missing from %s, want its default %q", n, configMap, def)
 		case hasDef && got != def:
 			t.Errorf("%s: got %q, want the default %q", n, got, def)
-		case f.Tag.Get("required") == "true" && f.Type.Name() != "Secret" && !secretVars[n] && !ok:
+		case v.Required && !v.Secret && !ok:
 			t.Errorf("%s: required, want a placeholder in %s", n, configMap)
 		case !hasDef && ok && got == "":
 			// envconfig treats an empty value as set: an int would not parse.
@@ -870,8 +883,13 @@ var secretVars = map[string]bool{"BILLING_DATABASE_URL": true, "BILLING_KAFKA_SA
 const loadConfigEnv = "BILLING_DEPLOY_TEST_LOAD_CONFIG"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(loadConfigEnv) == "1" {
-		if _, err := config.Load(); err != nil {
+	if v := os.Getenv(loadConfigEnv); v != "" {
+		// "1": the whole configuration; else the parts, as a number.
+		ps, err := strconv.Atoi(v)
+		if v == "1" || err != nil {
+			ps = int(config.AllParts)
+		}
+		if _, err := config.LoadParts(config.Part(ps)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(3)
 		}
@@ -884,12 +902,19 @@ func TestMain(m *testing.M) {
 // env, and returns its error line.
 func loadConfig(t *testing.T, env map[string]string) error {
 	t.Helper()
+	return loadConfigParts(t, env, config.AllParts)
+}
+
+// loadConfigParts is loadConfig of the parts ps only, as a command that
+// reads them does.
+func loadConfigParts(t *testing.T, env map[string]string, ps config.Part) error {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(t.Context(), exe)
-	cmd.Env = []string{loadConfigEnv + "=1"}
+	cmd.Env = []string{loadConfigEnv + "=" + strconv.Itoa(int(ps))}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -967,6 +992,18 @@ func TestScrapingAndDisruption(t *testing.T) {
 			if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "http" || sm.Spec.Endpoints[0].Path != "/metrics" {
 				t.Errorf("ServiceMonitor endpoints: got %+v, want port http path /metrics", sm.Spec.Endpoints)
 			}
+			// A pod waiting in its init container is no target: no
+			// BillingTargetDown while Postgres is out and new pods wait.
+			dropsPending := false
+			for _, e := range sm.Spec.Endpoints {
+				for _, rl := range e.Relabelings {
+					dropsPending = dropsPending || (rl.Action == "drop" && slices.Equal(rl.SourceLabels, []string{"__meta_kubernetes_pod_phase"}) &&
+						rl.Regex == "Pending")
+				}
+			}
+			if !dropsPending {
+				t.Errorf("ServiceMonitor endpoints %+v: no relabeling that drops Pending pods (in their init container)", sm.Spec.Endpoints)
+			}
 		}
 
 		pdb := get[policyv1.PodDisruptionBudget](t, r, "PodDisruptionBudget", appName)
@@ -994,7 +1031,9 @@ func TestScrapingAndDisruption(t *testing.T) {
 // namespace (which the overlay names), and the pods may reach every port
 // their configuration names: each broker of BILLING_KAFKA_BROKERS, Postgres
 // directly and through PgBouncer, the gateway, DNS, and with the tracing
-// component OTLP (and the port of OTEL_EXPORTER_OTLP_ENDPOINT when set).
+// component OTLP (and the port of OTEL_EXPORTER_OTLP_ENDPOINT when set);
+// each at named destinations only, never a metadata or link-local address
+// (egressProblems).
 func checkNetworkPolicy(t *testing.T, dir string, np *networkingv1.NetworkPolicy, cm *corev1.ConfigMap) {
 	t.Helper()
 	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || len(np.Spec.Ingress[0].Ports) != 1 {
@@ -1014,6 +1053,9 @@ func checkNetworkPolicy(t *testing.T, dir string, np *networkingv1.NetworkPolicy
 		}
 	}
 	want := []string{"5432/TCP", "6432/TCP", "443/TCP", "53/UDP", "53/TCP"}
+	if egress["80/TCP"] {
+		t.Errorf("NetworkPolicy egress %v opens port 80: the gateway is reached over https", keys(egress))
+	}
 	for _, b := range strings.Split(effective(t, cm, "BILLING_KAFKA_BROKERS"), ",") {
 		_, port, err := net.SplitHostPort(strings.TrimSpace(b))
 		if err != nil {
@@ -1039,6 +1081,9 @@ func checkNetworkPolicy(t *testing.T, dir string, np *networkingv1.NetworkPolicy
 	}
 	if !tracing && (egress["4317/TCP"] || egress["4318/TCP"]) {
 		t.Errorf("NetworkPolicy egress %v opens OTLP without the tracing component", keys(egress))
+	}
+	for _, p := range egressProblems(np) {
+		t.Errorf("NetworkPolicy %s", p)
 	}
 }
 

@@ -45,12 +45,15 @@ var prometheusSynthetic = map[string]bool{"up": true}
 var descFQName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 // registered lists every metric name the service exposes: what
-// metrics.New(reg, true) gathers (with the _bucket/_sum/_count series of
+// metrics.New(reg, true) and metrics.RegisterBuildInfo gather (with the _bucket/_sum/_count series of
 // histograms and summaries), plus vectors that have no child yet, found by
 // describing each collector of metrics.Metrics.
 var registered = sync.OnceValues(func() (map[string]bool, error) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, true)
+	// Registered apart from metrics.New, by internal/app, with the build's
+	// labels.
+	metrics.RegisterBuildInfo(reg, metrics.BuildInfo{Version: "1.2.0", Revision: "r", GoVersion: "go", Schema: "s", RunsBeside: "1.2.0"})
 	names := map[string]bool{}
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -473,7 +476,7 @@ func readmeAnchors(t *testing.T) map[string]bool {
 	return anchors
 }
 
-// contractOnly are CONTRACT.md §8 names that other branches register
+// contractOnly are docs/interface.md §8 names that other branches register
 // (the pending completer's gauges): rules may read them before they merge.
 // Once metrics.New registers them this set changes nothing.
 var contractOnly = map[string]bool{

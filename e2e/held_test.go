@@ -11,6 +11,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/kafkatest"
@@ -48,7 +49,7 @@ func TestHeldInvoiceResolvedByAPerson(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := order.Encode(evt)
+		v, err := wire.Encode(evt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +67,11 @@ func TestHeldInvoiceResolvedByAPerson(t *testing.T) {
 	}
 	calls := len(e.gw.Calls())
 
-	out := e.runOK("invoice", "resolve", "ord-held-1", "--charged", "ch_found_by_a_person")
+	// The person names the key whose records they read (billing invoice
+	// show prints it) and themselves.
+	keyOf := func(orderID string) string { return e.invoices()[orderID].EventID.String() }
+	out := e.runOK("invoice", "resolve", "ord-held-1", "--charged", "ch_found_by_a_person",
+		"--expect-key", keyOf("ord-held-1"), "--by", "e2e-oncall")
 	if !strings.Contains(out, "before: order ord-held-1 held") || !strings.Contains(out, "after:  order ord-held-1 charged") ||
 		!strings.Contains(out, "charge ch_found_by_a_person") {
 		t.Errorf("resolve --charged printed:\n%s\nwant the invoice held before and charged after", out)
@@ -76,7 +81,7 @@ func TestHeldInvoiceResolvedByAPerson(t *testing.T) {
 	}
 
 	refuse.Store(false) // the gateway's records are fixed: the key may be sent again
-	out = e.runOK("invoice", "resolve", "--resume", "ord-held-2")
+	out = e.runOK("invoice", "resolve", "--resume", "ord-held-2", "--expect-key", keyOf("ord-held-2"), "--by", "e2e-oncall")
 	if !strings.Contains(out, "after:  order ord-held-2 pending") {
 		t.Errorf("resolve --resume printed:\n%s\nwant the invoice pending after", out)
 	}
@@ -97,11 +102,12 @@ func TestHeldInvoiceResolvedByAPerson(t *testing.T) {
 	}
 
 	// An invoice that is not held is not a person's to change.
-	cmd := exec.CommandContext(context.Background(), binary, "invoice", "resolve", "ord-ok", "--rejected")
+	cmd := exec.CommandContext(context.Background(), binary, "invoice", "resolve", "ord-ok", "--rejected",
+		"--expect-key", keyOf("ord-ok"), "--by", "e2e-oncall")
 	cmd.Env = e.environ()
 	b, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(b), "not held") {
-		t.Errorf("resolve of a charged invoice = %v:\n%s\nwant a refusal naming it not held", err, b)
+	if err == nil || !strings.Contains(string(b), "neither held nor pending") {
+		t.Errorf("resolve of a charged invoice = %v:\n%s\nwant a refusal saying it is neither held nor pending", err, b)
 	}
 	e.stop(p)
 }

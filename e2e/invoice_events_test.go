@@ -12,6 +12,7 @@ import (
 	"github.com/gofrs/uuid/v5"
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
@@ -44,7 +45,7 @@ func TestInvoiceEventsAsADownstreamServiceSeesThem(t *testing.T) {
 	traces := map[string]map[string]bool{} // order → the trace ids its records carry
 	var firsts, seconds []kafkago.Message
 	record := func(evt order.OrderConfirmedEvent) kafkago.Message {
-		v, err := order.Encode(evt)
+		v, err := wire.Encode(evt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +175,7 @@ func TestInvoiceEventsAsADownstreamServiceSeesThem(t *testing.T) {
 			var first uuid.UUID
 			for _, m := range firsts {
 				if string(m.Key) == id {
-					evt, _ := order.Decode(m.Value, "EUR")
+					evt, _ := wire.Decode(m.Value, "EUR")
 					first = evt.EventID
 				}
 			}

@@ -41,8 +41,9 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 	// or drops the override (op Delete), leaving its other configs alone.
 	maxMessageBytes := func(op kafkago.ConfigOperation, v string) {
 		t.Helper()
-		c, done := e.kc.Client()
-		defer done()
+		tr := &kafkago.Transport{DialTimeout: 10 * time.Second}
+		defer tr.CloseIdleConnections()
+		c := &kafkago.Client{Addr: kafkago.TCP(e.brokers...), Transport: tr, Timeout: 10 * time.Second}
 		resp, err := c.IncrementalAlterConfigs(ctx, &kafkago.IncrementalAlterConfigsRequest{Resources: []kafkago.IncrementalAlterConfigsRequestResource{{
 			ResourceType: kafkago.ResourceTypeTopic, ResourceName: invoiceTopic,
 			Configs: []kafkago.IncrementalAlterConfigsRequestConfig{{Name: kafkaclient.MaxMessageBytesConfig, Value: v, ConfigOperation: op}},

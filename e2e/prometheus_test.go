@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,12 +28,14 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"sigs.k8s.io/yaml"
 
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ordertest"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/kafkatest"
+	"github.com/acme/billing/internal/testkit/needs"
 	"github.com/acme/billing/internal/testkit/pgcluster"
 	"github.com/acme/billing/internal/testkit/pgtest"
 	"github.com/acme/billing/internal/testkit/poll"
@@ -59,8 +62,9 @@ const (
 // then sends a burst of records that can only be dead-lettered. Through
 // Prometheus's HTTP API it sees every recording rule write series, the
 // outage page (BillingConsumerPaused) fire and resolve, the dead-letter
-// page (BillingDeadLetterBudgetBurn) fire, and every query of every
-// dashboard panel return data.
+// page (BillingDeadLetterBudgetBurn) fire, the notice of an operator's
+// pause (BillingConsumptionPausedByOperator) fire and resolve, and every
+// query of every dashboard panel return data.
 //
 // The rules are the shipped expressions, labels and annotations; only the
 // waits are shortened (checked below): every `for:` becomes 1s and every
@@ -161,25 +165,36 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 	if r := prom.query(t, `billing_events_total{outcome="no such outcome"}`); len(r) != 0 {
 		t.Fatalf("a query of a series that does not exist returned %v", r)
 	}
-	// Polled, not read once: the lag, committed offsets and DLQ depth come
-	// from the brokers every 15 seconds (the first round can meet a group
-	// coordinator still loading), and a deriv() needs two scrapes of them.
+	// Which pod owns which partition shows while the pod consumes: a pod
+	// paused by a person (below) has left its groups and owns none. So the
+	// panels are first read once while it consumes, the partition gauges
+	// scraped.
 	missing := dashboardQueries(t)
 	t.Cleanup(func() {
 		for _, q := range missing {
 			t.Errorf("dashboard panel %q query %s returns no data: %s", q.panel, q.refID, q.expr)
 		}
 	})
+	poll.Until(t, "the partitions' owners scraped", 60*time.Second, func() bool {
+		return len(prom.query(t, `billing_partition_assigned`)) > 0
+	})
+	missing = withoutData(t, prom, missing)
+	// A person pauses consumption (the runbook's command, with the built
+	// binary): the notice fires naming them, and the dashboard's panel of
+	// pauses has who to show. The pod stays ready, so it is still scraped.
+	if out := e.runOK("consume", "pause", "--by", "e2e-oncall", "--note", "alert test"); !strings.Contains(out, "after:  paused by e2e-oncall at ") {
+		t.Errorf("billing consume pause printed:\n%s", out)
+	}
+	prom.waitAlert(t, "BillingConsumptionPausedByOperator", "firing", 60*time.Second)
+	// Polled, not read once: the lag, committed offsets and DLQ depth come
+	// from the brokers every 15 seconds (the first round can meet a group
+	// coordinator still loading), and a deriv() needs two scrapes of them.
 	poll.Until(t, "every query of every dashboard panel to return data", 60*time.Second, func() bool {
-		still := missing[:0]
-		for _, q := range missing {
-			if len(prom.query(t, q.expr)) == 0 {
-				still = append(still, q)
-			}
-		}
-		missing = still
+		missing = withoutData(t, prom, missing)
 		return len(missing) == 0
 	})
+	e.runOK("consume", "resume", "--by", "e2e-oncall")
+	prom.waitAlert(t, "BillingConsumptionPausedByOperator", "", 60*time.Second)
 	e.stop(p)
 }
 
@@ -194,7 +209,7 @@ func orders(t *testing.T, prefix string, n int) []kafkago.Message {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := order.Encode(evt)
+		v, err := wire.Encode(evt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,16 +233,13 @@ func (e *env) chargedCount() int {
 }
 
 // prometheusBinary finds the Prometheus server; without one the test is
-// skipped, or fails when BILLING_E2E=1 (make test runs scripts/deps.sh,
-// which installs it).
+// skipped, or fails when BILLING_E2E=1 (CI runs scripts/deps.sh, which
+// installs it, before make test).
 func prometheusBinary(t *testing.T) string {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		if os.Getenv("BILLING_E2E") == "1" {
-			t.Fatalf("prometheus not found (scripts/deps.sh prometheus installs it): %v", err)
-		}
-		t.Skipf("prometheus not found (scripts/deps.sh prometheus installs it): %v", err)
+		needs.Missing(t, fmt.Errorf("prometheus not found: %w", err))
 	}
 	return bin
 }
@@ -515,6 +527,18 @@ var grafanaVars = map[string]string{
 }
 
 var grafanaVarRE = regexp.MustCompile(`\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]`)
+
+// withoutData returns the queries of qs that return no data now.
+func withoutData(t *testing.T, prom *promServer, qs []dashboardQuery) []dashboardQuery {
+	t.Helper()
+	var still []dashboardQuery
+	for _, q := range qs {
+		if len(prom.query(t, q.expr)) == 0 {
+			still = append(still, q)
+		}
+	}
+	return still
+}
 
 // dashboardQueries decodes the shipped dashboard (panels in rows too) and
 // returns every query of every panel.

@@ -14,6 +14,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/testkit/poll"
 )
@@ -69,7 +70,7 @@ func TestTracesExportedOnShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := order.Encode(evt)
+	v, err := wire.Encode(evt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
--- 0001: the tables of CONTRACT.md §7.
+-- 0001: the tables of docs/interface.md §7.
 
--- Dedup guard (DESIGN.md, first line of defence): one row per event and
+-- Dedup guard (docs/design.md, "Three lines of defence"): one row per event and
 -- consumer group, written in the same transaction as the invoice. A plain
 -- table for now; partitioning by RANGE (event_id) comes in its own migration,
 -- keeping this name, these columns and this primary key.

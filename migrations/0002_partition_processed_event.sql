@@ -2,7 +2,7 @@
 --
 -- The style guide partitions by processed_at with PRIMARY KEY (event_id,
 -- processed_at): the same event_id processed on two days is then two rows,
--- and dedup silently stops working (DESIGN.md). Here the partition key is the
+-- and dedup silently stops working (docs/design.md). Here the partition key is the
 -- event id itself. A UUIDv7 starts with its 48-bit Unix millisecond
 -- timestamp and Postgres compares uuids byte by byte, so one UTC day is one
 -- range of ids, [floor(day), floor(day + 1)), where floor(t) is t's

@@ -1,5 +1,5 @@
 -- 0003: one invoice per key, the rejected status, and the pending completer's
--- bookkeeping (CONTRACT.md §4, §7; issue 15 points 1, 2, 4).
+-- bookkeeping (docs/interface.md §4, §7; issue 15 points 1, 2, 4).
 --
 -- Compatible with the previous release, which may still run while this
 -- rolls out: it never writes two invoices under one event_id except in the

@@ -1,4 +1,4 @@
--- 0005: the transactional outbox of invoice events (CONTRACT.md §9;
+-- 0005: the transactional outbox of invoice events (docs/interface.md §9;
 -- docs/design.md, "Billing publishes what it decided").
 --
 -- Every statement that moves an invoice into charged, declined, rejected or

@@ -15,23 +15,37 @@
 #   java, mvn       to fetch and run the real Kafka broker
 #   kafka jars      scripts/kafka.sh fetch
 #   prometheus      a Prometheus server, for the end-to-end test that loads the
-#                   shipped rules and scrapes the built binary (e2e); its
-#                   system service is never started
+#                   shipped rules and scrapes the built binary (e2e), and its
+#                   promtool (the same Debian package), for the rules' unit
+#                   tests (deploy); its system service is never started
+#   squawk          the migration linter of `make lint` (scripts/squawk.sh):
+#                   PyPI's squawk-cli (a Rust binary in a wheel) at
+#                   SQUAWK_VERSION, in a virtualenv of its own under
+#                   $XDG_CACHE_HOME/billing (~/.cache/billing)
+#   stripemock      stripe-mock (Stripe's mock of its API), built with `go install`
+#                   from the Go module proxy into $BILLING_CACHE_DIR/stripe-mock-VERSION
+#                   (default /var/cache/billing), outside the repository; the
+#                   Stripe adapter's tests start it (internal/testkit/stripemock)
+#   golangcilint    golangci-lint at GOLANGCI_LINT_VERSION for `make lint`: no
+#                   allowed registry ships it prebuilt, so it is built once with
+#                   `go install` into $BILLING_CACHE_DIR/golangci-lint-VERSION,
+#                   outside the build cache, so that an emptied GOCACHE does
+#                   not mean building it again
 #
 #   scripts/deps.sh                 everything
-#   scripts/deps.sh postgres java   only those (go, make, postgres, pgbouncer, java, kafka, prometheus)
+#   scripts/deps.sh postgres java   only those (go, make, postgres, pgbouncer, java, kafka, prometheus, stripemock, squawk, golangcilint)
 #
 # Installing needs root (CI runs as root). Prints one line per thing checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 checks=("$@")
-[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres pgbouncer java kafka prometheus)
+[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres pgbouncer java kafka prometheus stripemock squawk golangcilint)
 for c in "${checks[@]}"; do
 	case $c in
-	go | make | postgres | pgbouncer | java | kafka | prometheus) ;;
+	go | make | postgres | pgbouncer | java | kafka | prometheus | stripemock | squawk | golangcilint) ;;
 	*)
-		echo "deps: unknown check $c (go, make, postgres, pgbouncer, java, kafka, prometheus)" >&2
+		echo "deps: unknown check $c (go, make, postgres, pgbouncer, java, kafka, prometheus, stripemock, squawk, golangcilint)" >&2
 		exit 2
 		;;
 	esac
@@ -140,7 +154,7 @@ check_kafka() {
 }
 
 check_prometheus() {
-	if ! command -v prometheus >/dev/null; then
+	if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
 		# The test starts its own server on a free port with its own
 		# configuration; the package's service would only hold 9090.
 		apt_install_no_start prometheus
@@ -149,8 +163,69 @@ check_prometheus() {
 		fi
 	fi
 	echo "prometheus: $(command -v prometheus) ($(prometheus --version 2>&1 | head -n 1))"
+	echo "promtool: $(command -v promtool)"
 }
 
-for c in go make postgres pgbouncer java kafka prometheus; do
+# The migration linter's release: the rules and their names change between
+# releases, so the one migrations/.squawk.toml was written for.
+SQUAWK_VERSION=2.70.0
+
+check_squawk() {
+	local dir=${XDG_CACHE_HOME:-$HOME/.cache}/billing/squawk-$SQUAWK_VERSION
+	if [[ ! -x $dir/bin/squawk ]] || [[ $("$dir/bin/squawk" --version 2>/dev/null) != "squawk $SQUAWK_VERSION" ]]; then
+		command -v python3 >/dev/null || apt_install python3 python3-venv
+		rm -rf "$dir"
+		python3 -m venv "$dir" || {
+			apt_install python3-venv
+			python3 -m venv "$dir"
+		}
+		"$dir/bin/pip" install --quiet --disable-pip-version-check "squawk-cli==$SQUAWK_VERSION"
+	fi
+	echo "squawk: $dir/bin/squawk ($("$dir/bin/squawk" --version))"
+}
+
+# STRIPE_MOCK_VERSION must match internal/testkit/stripemock.Version.
+STRIPE_MOCK_VERSION=v0.203.0
+
+# go_install_cached PKG@VERSION DIR: the binary of PKG at VERSION in DIR,
+# built there by go install unless already present. It is built beside and
+# moved into place, so that a run stopped halfway never leaves a binary that
+# the next run would take for whole. Prints the binary's path.
+# The caller makes sure of go first (check_go), in its own shell.
+go_install_cached() {
+	local pkg=$1 dir=$2 name bin tmp
+	name=${pkg%@*}
+	name=${name##*/}
+	bin="$dir/$name"
+	if [[ ! -x $bin ]]; then
+		mkdir -p "$dir"
+		tmp=$(mktemp -d "$dir/.build-XXXXXX")
+		GOBIN="$tmp" go install "$pkg" >&2
+		mv "$tmp/$name" "$bin"
+		rmdir "$tmp"
+	fi
+	echo "$bin"
+}
+
+check_stripemock() {
+	local bin
+	want go || check_go >/dev/null # go install needs go.mod's toolchain
+	bin=$(go_install_cached "github.com/stripe/stripe-mock@$STRIPE_MOCK_VERSION" \
+		"${BILLING_CACHE_DIR:-/var/cache/billing}/stripe-mock-$STRIPE_MOCK_VERSION")
+	echo "stripemock: $bin ($STRIPE_MOCK_VERSION)"
+}
+
+# GOLANGCI_LINT_VERSION must match the Makefile's.
+GOLANGCI_LINT_VERSION=v2.15.0
+
+check_golangcilint() {
+	local bin
+	want go || check_go >/dev/null # go install needs go.mod's toolchain
+	bin=$(go_install_cached "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION" \
+		"${BILLING_CACHE_DIR:-/var/cache/billing}/golangci-lint-$GOLANGCI_LINT_VERSION")
+	echo "golangcilint: $bin ($GOLANGCI_LINT_VERSION)"
+}
+
+for c in go make postgres pgbouncer java kafka prometheus stripemock squawk golangcilint; do
 	if want "$c"; then "check_$c"; fi
 done

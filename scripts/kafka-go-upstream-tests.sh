@@ -41,18 +41,20 @@ VERSION=v0.4.51
 SUM=h1:JgDPPG75tC1rWIS2Me6MwcvXJ6f49UQ4HjAOef71Hno=
 GOMODSUM=h1:Y1gn60kzLEEaW28YshXyk2+VCUKbJ3Qr6DrnT3i4+9E=
 
-# What the patch changes (billing.1-3) and adds, besides its own tests.
-PATCHED="batch.go conn.go message_reader.go read.go"
-ADDED="txn.go"
+# What the patch changes (billing.1-4) and adds, besides its own tests.
+PATCHED="batch.go conn.go message_reader.go read.go reader.go"
+ADDED="bounded.go txn.go"
 
 # Upstream's test files whose tests run, with the patched file each covers.
-# txn.go, new, has no upstream test: txn_test.go (`make test-kafka-go`) is its.
+# txn.go and bounded.go, new, have no upstream test: txn_test.go and
+# bounded_test.go (`make test-kafka-go`) are theirs.
 TEST_FILES=(
 	message_test.go # message_reader.go (messageSetReader) and read.go (readFetchResponseHeaderV10), on built and captured (fixtures/) fetch responses
 	read_test.go    # read.go
 	discard_test.go # discard.go: not changed, but the patch skips hidden batches and dropped headers with its discardN
 	conn_test.go    # conn.go
 	batch_test.go   # batch.go
+	reader_test.go  # reader.go (billing.4: the Reader passes its bounds and budget on, and releases the messages it drops)
 )
 
 # Tests of TEST_FILES that do not run, each with its reason. Only these are
@@ -65,6 +67,19 @@ SKIPS=(
 	"TestReadPartitionsNoTopic     needs a broker on 127.0.0.1:9092"
 	"TestUnsupportedSASLMechanism  needs a broker with SASL on 127.0.0.1:9093"
 	"TestBatchDontExpectEOF        needs a broker on localhost:9092"
+	"TestReader                    needs a broker on localhost:9092"
+	"TestReaderOnNonZeroPartition  needs a broker on localhost:9092"
+	"TestReadTruncatedMessages     needs a broker on localhost:9092"
+	"TestCloseLeavesGroup          needs a broker on localhost:9092"
+	"TestReaderConsumerGroup       needs a broker on localhost:9092"
+	"TestRebalanceTooManyConsumers needs a broker on localhost:9092"
+	"TestConsumerGroupWithMissingTopic needs a broker on localhost:9092"
+	"TestConsumerGroupWithTopic    needs a broker on localhost:9092"
+	"TestConsumerGroupWithGroupTopicsSingle needs a broker on localhost:9092"
+	"TestConsumerGroupWithGroupTopicsMultiple needs a broker on localhost:9092"
+	"TestReaderTruncatedResponse   needs a broker on localhost:9092"
+	"TestReaderReadCompactedMessage needs a broker on localhost:9092"
+	"TestErrorCannotConnectGroupSubscription races in upstream's reader.go, which the patch does not touch: the refused dial's error is sent to FetchMessage only if it already waits (a non-blocking send on runError), else dropped, and the next try waits JoinGroupBackoff (5 s) past the test's 2 s deadline; failed so under make test's load (kafka-go issue #1169: its reader tests are flaky)"
 )
 
 # Changes to upstream's test files that the patch makes necessary, each

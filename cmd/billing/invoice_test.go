@@ -19,22 +19,40 @@ import (
 )
 
 func TestParseResolve(t *testing.T) {
+	key := uuid.Must(uuid.FromString("0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d"))
+	who := []string{"--by", "alice", "--expect-key", key.String()}
+	with := func(st order.InvoiceStatus, charge string) resolveArgs {
+		return resolveArgs{"ord-1", order.Resolution{Status: st, ChargeID: charge, Key: key, By: "alice"}}
+	}
 	tests := []struct {
 		args    []string
 		want    resolveArgs
 		wantErr string
 	}{
-		{[]string{"ord-1", "--charged", "ch_9"}, resolveArgs{"ord-1", order.Resolution{Status: order.StatusCharged, ChargeID: "ch_9"}}, ""},
-		{[]string{"--charged=ch_9", "ord-1"}, resolveArgs{"ord-1", order.Resolution{Status: order.StatusCharged, ChargeID: "ch_9"}}, ""},
-		{[]string{"ord-1", "--declined"}, resolveArgs{"ord-1", order.Resolution{Status: order.StatusDeclined}}, ""},
-		{[]string{"ord-1", "--rejected"}, resolveArgs{"ord-1", order.Resolution{Status: order.StatusRejected}}, ""},
-		{[]string{"--resume", "ord-1"}, resolveArgs{"ord-1", order.Resolution{Status: order.StatusPending}}, ""},
-		{[]string{"ord-1"}, resolveArgs{}, "exactly one of"},
-		{[]string{"ord-1", "--declined", "--resume"}, resolveArgs{}, "exactly one of"},
-		{[]string{"ord-1", "--charged", " "}, resolveArgs{}, "needs the charge id"},
-		{[]string{"--declined"}, resolveArgs{}, "ORDER_ID is required"},
-		{[]string{"ord-1", "--declined", "ord-2"}, resolveArgs{}, "unexpected argument"},
-		{[]string{"ord-1", "--refund"}, resolveArgs{}, "usage"},
+		{append([]string{"ord-1", "--charged", "ch_9"}, who...), with(order.StatusCharged, "ch_9"), ""},
+		{append([]string{"--charged=ch_9", "ord-1"}, who...), with(order.StatusCharged, "ch_9"), ""},
+		{append([]string{"ord-1", "--declined"}, who...), with(order.StatusDeclined, ""), ""},
+		{append([]string{"ord-1", "--rejected"}, who...), with(order.StatusRejected, ""), ""},
+		{append([]string{"--resume", "ord-1"}, who...), with(order.StatusPending, ""), ""},
+		{append([]string{"ord-1", "--rejected", "--note", "no charge in the gateway's list of the day"}, who...),
+			resolveArgs{"ord-1", order.Resolution{Status: order.StatusRejected, Key: key, By: "alice", Note: "no charge in the gateway's list of the day"}}, ""},
+		{append([]string{"ord-1"}, who...), resolveArgs{}, "exactly one of"},
+		{append([]string{"ord-1", "--declined", "--resume"}, who...), resolveArgs{}, "exactly one of"},
+		{append([]string{"ord-1", "--charged", " "}, who...), resolveArgs{}, "--charged CHARGE_ID: empty"},
+		{append([]string{"--declined"}, who...), resolveArgs{}, "ORDER_ID is required"},
+		{append([]string{"ord-1", "--declined", "ord-2"}, who...), resolveArgs{}, "unexpected argument"},
+		{append([]string{"ord-1", "--refund"}, who...), resolveArgs{}, "usage"},
+		{[]string{"ord-1", "--declined", "--expect-key", key.String()}, resolveArgs{}, "--by NAME: required"},
+		{[]string{"ord-1", "--declined", "--by", "alice"}, resolveArgs{}, "--expect-key KEY is required"},
+		{[]string{"ord-1", "--declined", "--by", "alice", "--expect-key", "K1"}, resolveArgs{}, "is not a key"},
+		{[]string{"ord-1", "--declined", "--by", strings.Repeat("a", 65), "--expect-key", key.String()}, resolveArgs{}, "65 characters"},
+		{[]string{"ord-1", "--declined", "--by", "   ", "--expect-key", key.String()}, resolveArgs{}, "--by NAME: required"},
+		{[]string{"ord-1", "--declined", "--by", "al\x1bice", "--expect-key", key.String()}, resolveArgs{}, "not printable"},
+		{append([]string{"ord-1", "--declined", "--note", strings.Repeat("n", 513)}, who...), resolveArgs{}, "513 characters"},
+		{append([]string{"ord-1", "--declined", "--note", "line\nbreak"}, who...), resolveArgs{}, "not printable"},
+		{append([]string{"ord-1", "--charged", "ch_\x00"}, who...), resolveArgs{}, "--charged CHARGE_ID: byte 4 is 0x00"},
+		{append([]string{"ord\x1b", "--declined"}, who...), resolveArgs{}, "ORDER_ID: contains a control character"},
+		{append([]string{" ", "--declined"}, who...), resolveArgs{}, "ORDER_ID: blank"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -58,7 +76,7 @@ func TestInvoiceResolveHelp(t *testing.T) {
 	if err := run(context.Background(), []string{"invoice", "resolve", "-h"}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"usage: billing invoice resolve", "--charged", "--declined", "--rejected", "--resume"} {
+	for _, want := range []string{"usage: billing invoice resolve", "--charged", "--declined", "--rejected", "--resume", "--by", "--expect-key", "--note"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("help does not mention %s:\n%s", want, stdout.String())
 		}
@@ -66,7 +84,7 @@ func TestInvoiceResolveHelp(t *testing.T) {
 }
 
 // TestInvoiceResolvePublishes: the person's decision is a transition like
-// any other (CONTRACT.md §9): `billing invoice resolve` writes its invoice
+// any other (docs/interface.md §9): `billing invoice resolve` writes its invoice
 // event to the outbox when publishing is on, and none when it is off.
 func TestInvoiceResolvePublishes(t *testing.T) {
 	for _, publish := range []bool{true, false} {
@@ -77,12 +95,14 @@ func TestInvoiceResolvePublishes(t *testing.T) {
 			t.Setenv("BILLING_DATABASE_URL", pool.Config().ConnString())
 			t.Setenv("BILLING_PUBLISH_EVENTS", strconv.FormatBool(publish))
 			key := uuid.Must(uuid.NewV7())
-			if _, err := pool.Exec(ctx, `INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status, reason, key_sent_at)
-				VALUES ('ord-held', $1, 'cus-1', 12990, 'EUR', 'held', 'gateway 422', now())`, key); err != nil {
+			// Held by this release earlier: its writes are stamped (an
+			// unstamped one is published by migration 0006's triggers).
+			if _, err := pool.Exec(ctx, `INSERT INTO invoice (order_id, event_id, customer_id, amount, currency, status, reason, key_sent_at, written_xact)
+				VALUES ('ord-held', $1, 'cus-1', 12990, 'EUR', 'held', 'gateway 422', now(), pg_current_xact_id())`, key); err != nil {
 				t.Fatal(err)
 			}
 			var stdout, stderr syncbuf.Buffer
-			if err := run(ctx, []string{"invoice", "resolve", "ord-held", "--rejected"}, &stdout, &stderr); err != nil {
+			if err := run(ctx, []string{"invoice", "resolve", "ord-held", "--rejected", "--by", "alice", "--expect-key", key.String()}, &stdout, &stderr); err != nil {
 				t.Fatalf("billing invoice resolve: %v\n%s", err, stderr.String())
 			}
 			var status string

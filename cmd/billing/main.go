@@ -18,10 +18,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/service"
 	"github.com/acme/billing/internal/telemetry"
 	"github.com/acme/billing/internal/version"
 )
@@ -31,7 +31,9 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if !errors.Is(err, errUsage) {
+		// A usage error printed the usage; a reported one (reconcile's
+		// discrepancies) printed why.
+		if !errors.Is(err, errUsage) && !errors.Is(err, errReported) {
 			reportFatal(os.Stderr, err)
 		}
 		os.Exit(1)
@@ -47,52 +49,127 @@ func reportFatal(w io.Writer, err error) {
 var errUsage = errors.New("usage")
 
 // command is one of billing's commands. Help is static text and the
-// configuration table of Config's tags, so that it reads no configuration.
+// table of Config's variables, so that it reads no configuration.
 type command struct {
 	name     string // as typed: "migrate", "dlq replay"
 	synopsis string // its arguments, for usage lines
 	summary  string // the line `billing -h` shows
 	details  string // what `billing <name> -h` adds: flags, notes
-	run      func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// needs is the configuration the command reads (docs/interface.md §1): run
+	// loads and checks these parts, and Log with them, before the command
+	// starts, and nothing else; 0 reads none.
+	needs config.Part
+	// logToStderr sends the command's JSON log to stderr, where its stdout
+	// is its output (the invoice before and after); else it goes to stdout.
+	logToStderr bool
+	run         configured
 }
 
+// configured is a command: cfg holds the parts its entry needs (the others
+// zero), log is the service's JSON logger at BILLING_LOG_LEVEL (info when
+// it needs none).
+type configured func(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout, stderr io.Writer) error
+
 // commands returns billing's commands, in the order `billing -h` lists
-// them. A new command is a function of the run signature (its own file)
-// and an entry here.
+// them. A new command is a function of the configured signature (its own
+// file) and an entry here naming the configuration it needs.
 func commands() []command {
 	return []command{
 		{
 			name:    "run",
 			summary: `consume OrderConfirmed events and bill each order once, until SIGTERM/SIGINT; then drain, commit, exit (also plain "billing")`,
 			details: "Migrates first when BILLING_MIGRATE_ON_START=true; otherwise refuses to start while migrations are missing.",
-			run:     withConfig(runService),
+			needs:   config.AllParts,
+			run:     runService,
 		},
 		{
 			name:     "migrate",
-			synopsis: "[--wait D]",
+			synopsis: "[--wait D] [--allow-no-rollback]",
 			summary:  "apply the embedded database migrations; idempotent, safe from several pods at once",
 			details: `--wait D  how long to wait for an unreachable Postgres, logging "waiting for postgres",
           before giving up with exit 1 (default ` + defaultMigrateWait.String() + `, 0: not at all); refused credentials,
-          a missing database or a failing migration end it at once`,
-			run: withConfig(migrate),
+          a missing database or a failing migration end it at once
+--allow-no-rollback  migrate a database whose release cannot be rolled back to afterwards
+          (billing version says which; without this flag such a database is refused, with one line
+          naming the release and why)
+Each statement takes its locks with a ` + postgres.MigrationLockTimeout.String() + ` lock_timeout; a statement that cannot is tried
+again later, and the log names the sessions it waited for (migrations/README.md).`,
+			needs: config.PartDatabase,
+			run:   migrate,
 		},
 		{
 			name:     "dlq replay",
 			synopsis: "[--since RFC3339] [--limit N] [--dry-run]",
 			summary:  "copy dead-lettered records back to the main topic, as their producers wrote them",
 			details: `Reads the DLQ from its start; replaying twice is harmless.
---since RFC3339  replay only records whose x-failed-at is at or after this time
---limit N        stop after N records (0: no limit)
+--since RFC3339  replay only records whose x-failed-at is at or after this time (not in the future)
+--limit N        stop after N records, 1 to 1000000 (default: no limit)
 --dry-run        write nothing; print how many records would be replayed`,
-			run: withConfig(dlqReplay),
+			needs: config.PartKafka,
+			run:   dlqReplay,
+		},
+		{
+			name:     "invoice list",
+			synopsis: invoiceListSynopsis,
+			summary:  "list invoices by status and age, held and pending first: what waits for a person",
+			details:  invoiceListHelp,
+			// Its output is the list: the log goes to stderr.
+			needs:       config.PartDatabase,
+			logToStderr: true,
+			run:         invoiceList,
+		},
+		{
+			name:     "invoice show",
+			synopsis: invoiceShowSynopsis,
+			summary:  "one invoice: its key, attempts, reason, the gateway's answers, every decision on it, what can be decided",
+			details:  invoiceShowHelp,
+			// What can be decided depends on the key's lifetime: the rules.
+			needs:       config.PartDatabase | config.PartRules,
+			logToStderr: true,
+			run:         invoiceShow,
 		},
 		{
 			name:     "invoice resolve",
-			synopsis: "ORDER_ID (--charged CHARGE_ID | --declined | --rejected | --resume)",
-			summary:  "a person's decision on a held invoice: what the gateway's own records show, or one more automatic attempt",
+			synopsis: invoiceResolveSynopsis,
+			summary:  "a person's decision on a held invoice (or a pending one past half its key's lifetime), kept with who decided",
 			details:  invoiceResolveHelp,
-			// Its output is the invoice before and after: the log goes to stderr.
-			run: withConfigLogTo(stderrWriter, invoiceResolve),
+			// The attempt's terms and publishing come with the database:
+			// the decision takes the invoice as the pods would.
+			needs:       config.PartDatabase | config.PartRules,
+			logToStderr: true,
+			run:         invoiceResolve,
+		},
+		{
+			name:     "consume pause",
+			synopsis: "--by NAME [--note TEXT]",
+			summary:  "stop consumption in every pod within 10 s (drain, commit, leave the groups); pods stay ready; kept in Postgres",
+			details:  consumePauseHelp,
+			// The switch is a row in Postgres: it needs nothing else, so a
+			// Job that runs it carries only the database secret.
+			needs:       config.PartDatabase,
+			logToStderr: true,
+			run:         consumePause,
+		},
+		{
+			name:        "consume resume",
+			synopsis:    "--by NAME",
+			summary:     "resume consumption in every pod after billing consume pause",
+			details:     consumeResumeHelp,
+			needs:       config.PartDatabase,
+			logToStderr: true,
+			run:         consumeResume,
+		},
+		{
+			name:     "reconcile",
+			synopsis: reconcileSynopsis,
+			summary:  "compare the invoices of a period with the payment provider's records, both ways; settle held invoices the records decide",
+			details:  reconcileHelp,
+			// The invoices, the provider's records, and for --resolve-held
+			// the attempt's terms and publishing: a CronJob that runs it
+			// carries the database's and the gateway's secrets, no other.
+			needs:       config.PartDatabase | config.PartGateway | config.PartRules,
+			logToStderr: true,
+			run:         reconcile,
 		},
 		{
 			name:     "demo",
@@ -103,38 +180,40 @@ func commands() []command {
 		},
 		{
 			name:    "version",
-			summary: "print the version and VCS revision (also billing_build_info)",
-			run: func(_ context.Context, _ []string, stdout, _ io.Writer) error {
-				fmt.Fprintln(stdout, version.Get())
-				return nil
-			},
+			summary: "print the release, version and VCS revision, the schema it needs, the releases it runs beside and rolls back to, and the database's (also billing_build_info)",
+			details: "Reads no configuration but BILLING_DATABASE_URL, and only when it is set: then it also says which\n" +
+				"schema and release the database holds, and whether rolling back to its previous release is safe.",
+			run: printVersion,
 		},
 	}
 }
 
-// configured is a command that needs the configuration.
-type configured func(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, stdout, stderr io.Writer) error
-
-// withConfig adapts a command that needs the configuration: it is read,
-// and a bad variable ends the command with one line naming it, before the
-// command runs. Its JSON log goes to stdout.
-func withConfig(f configured) func(context.Context, []string, io.Writer, io.Writer) error {
-	return withConfigLogTo(stdoutWriter, f)
-}
-
-// withConfigLogTo is withConfig with the log on the writer logTo picks.
-func withConfigLogTo(logTo func(stdout, stderr io.Writer) io.Writer, f configured) func(context.Context, []string, io.Writer, io.Writer) error {
-	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		cfg, log, err := load(logTo(stdout, stderr))
-		if err != nil {
-			return err
-		}
-		return f(ctx, cfg, log, args, stdout, stderr)
+// reads is the configuration c reads: its needs, and Log with them.
+func (c command) reads() config.Part {
+	if c.needs == 0 {
+		return 0
 	}
+	return c.needs | config.PartLog
 }
 
-func stdoutWriter(stdout, _ io.Writer) io.Writer { return stdout }
-func stderrWriter(_, stderr io.Writer) io.Writer { return stderr }
+// start loads the configuration c needs and builds its logger, then runs
+// it. A bad variable ends it with one line naming the variable, before it
+// runs.
+func (c command) start(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	logTo := stdout
+	if c.logToStderr {
+		logTo = stderr
+	}
+	cfg, err := config.LoadParts(c.needs)
+	if err != nil {
+		return err
+	}
+	level := cfg.LogLevel
+	if level == "" {
+		level = "info"
+	}
+	return c.run(ctx, cfg, newLogger(logTo, level), args, stdout, stderr)
+}
 
 // usageLine is the one-line usage of c.
 func (c command) usageLine() string {
@@ -167,19 +246,29 @@ func printCommandHelp(w io.Writer, c command) {
 		}
 		fmt.Fprintln(w)
 	}
-	if c.name == "run" {
+	switch {
+	case c.name == "run":
 		fmt.Fprintln(w)
 		printConfigHelp(w)
+	case c.needs != 0:
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "Configuration (%s; billing run -h says what each means):\n", c.reads())
+		for _, n := range config.NamesOf(c.reads()) {
+			fmt.Fprintln(w, "  "+n)
+		}
+	default:
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Configuration: none.")
 	}
 }
 
 // printConfigHelp writes the configuration `billing run -h` lists: every
 // BILLING_* variable, and how tracing is switched on.
 func printConfigHelp(w io.Writer) {
-	fmt.Fprintln(w, "Configuration (environment; a bad value stops the program with one line naming the variable;")
-	fmt.Fprintln(w, "every command but demo, version and help reads it):")
+	fmt.Fprintln(w, "Configuration (environment; a bad value stops the program with one line naming the variable).")
+	fmt.Fprintln(w, "run reads all of it; every other command only its parts, which billing <command> -h lists:")
 	fmt.Fprintln(w)
-	if err := config.Usage(w); err != nil {
+	if err := config.Usage(w, config.AllParts); err != nil {
 		fmt.Fprintln(w, err)
 	}
 	fmt.Fprintln(w)
@@ -267,17 +356,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		printCommandHelp(stdout, c)
 		return nil
 	}
-	return c.run(ctx, args, stdout, stderr)
-}
-
-// load reads the configuration and builds the JSON logger. A bad variable
-// is one line naming it.
-func load(stdout io.Writer) (config.Config, *slog.Logger, error) {
-	cfg, err := config.Load()
-	if err != nil {
-		return config.Config{}, nil, err
-	}
-	return cfg, newLogger(stdout, cfg.LogLevel), nil
+	return c.start(ctx, args, stdout, stderr)
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
@@ -333,6 +412,7 @@ const defaultMigrateWait = 5 * time.Minute
 func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []string, _, stderr io.Writer) error {
 	fs := flagSet("migrate", stderr)
 	wait := fs.Duration("wait", defaultMigrateWait, "how long to wait for an unreachable Postgres before giving up (0: not at all)")
+	allowNoRollback := fs.Bool("allow-no-rollback", false, "migrate a database whose release cannot be rolled back to afterwards")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -343,13 +423,16 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 	if *wait < 0 {
 		return errors.New("--wait: must not be negative")
 	}
-	backoff := order.NewRetryPolicy().Startup
+	backoff := app.StartupBackoff()
 	var since time.Time // of the first failed attempt
 	for attempt := 1; ; attempt++ {
-		err := migrateOnce(ctx, cfg)
+		err := migrateOnce(ctx, cfg, log, *allowNoRollback)
 		if err == nil {
 			log.Info("schema is current")
 			return nil
+		}
+		if refused, ok := errors.AsType[*postgres.RefusedError](err); ok {
+			return fmt.Errorf("billing migrate: %s; run billing migrate --allow-no-rollback to migrate anyway", refused.Reason)
 		}
 		if why := postgres.Misconfigured(err); why != "" {
 			return fmt.Errorf("postgres: %s: check BILLING_DATABASE_URL", why)
@@ -365,25 +448,27 @@ func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 			return fmt.Errorf("postgres unreachable, gave up after billing migrate --wait %s: %s", *wait, oneLine(err.Error()))
 		}
 		log.Warn("waiting for postgres", slog.Int("attempt", attempt), slog.Duration("left", left.Round(time.Second)), slog.String("error", oneLine(err.Error())))
-		t := time.NewTimer(min(backoff.Delay(attempt-1), left))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !service.Sleep(ctx, min(backoff.Delay(attempt-1), left)) {
 			return ctx.Err()
 		}
 	}
 }
 
-// migrateOnce opens a pool of two connections (a no-transaction migration
-// takes both), applies the migrations and closes it.
-func migrateOnce(ctx context.Context, cfg config.Config) error {
-	pool, err := postgres.NewPool(ctx, cfg.DatabaseURL.Reveal(), 2)
-	if err != nil {
-		return err
+// migrateOnce applies the migrations on a pool of its own, refusing a
+// database that could not be rolled back afterwards unless allowNoRollback.
+func migrateOnce(ctx context.Context, cfg config.Config, log *slog.Logger, allowNoRollback bool) error {
+	opts := []postgres.MigrateOption{postgres.WithMigrateLog(log)}
+	if !allowNoRollback {
+		opts = append(opts, postgres.WithRefusal(rollbackRefusal))
 	}
-	defer pool.Close()
-	return postgres.Migrate(ctx, pool)
+	return postgres.MigrateURL(ctx, cfg.DatabaseURL.Reveal(), opts...)
+}
+
+// rollbackRefusal is why migrating a database that applied applied would
+// leave it with no safe rollback: the release whose schema it held before
+// this release's migrations (version.RollbackRefusal).
+func rollbackRefusal(applied []postgres.AppliedMigration) string {
+	return version.RollbackRefusal(postgres.SchemaBefore(applied, version.Release))
 }
 
 // oneLine joins the lines of a driver's message (pgx lists one line per

@@ -4,24 +4,34 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"reflect"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acme/billing/internal/config"
 )
 
-// Every bad variable stops every configured command with one line naming it.
+// A bad variable stops every command that reads it with one line naming
+// it, before the command does anything.
 func TestBadConfigurationIsOneLine(t *testing.T) {
-	for _, cmd := range [][]string{{"run"}, {"migrate"}, {"dlq", "replay"}, {}} {
+	for _, cmd := range [][]string{{"run"}, {"migrate"}, {"dlq", "replay"}, {"invoice", "resolve", "ord-1", "--declined"}, {}} {
 		for _, tc := range []struct{ name, value string }{
 			{"BILLING_KAFKA_BROKERS", ""},
 			{"BILLING_DATABASE_URL", ""},
 			{"BILLING_RETRY_DELAYS", "1s,later"},
 			{"BILLING_MAX_IN_FLIGHT", "-1"},
 			{"BILLING_SHUTDOWN_TIMEOUT", "forever"},
+			{"BILLING_PAYMENT_TIMEOUT", "soon"},
+			{"BILLING_LOG_LEVEL", "verbose"},
 		} {
+			c := commandOf(t, cmd)
+			v, _ := config.Lookup(tc.name)
+			if c.reads()&v.Part == 0 {
+				continue // TestCommandReadsOnlyItsConfiguration
+			}
 			t.Run(strings.Join(cmd, "_")+"/"+tc.name, func(t *testing.T) {
 				setValidEnv(t)
 				t.Setenv(tc.name, tc.value)
@@ -39,6 +49,91 @@ func TestBadConfigurationIsOneLine(t *testing.T) {
 	}
 }
 
+// commandOf returns the command args run, and fails the test when none.
+func commandOf(t *testing.T, args []string) command {
+	t.Helper()
+	name := "run"
+	if len(args) > 0 {
+		name = args[0]
+	}
+	if c, ok := lookup(name); ok {
+		return c
+	}
+	if c, ok := lookup(strings.Join(args[:min(2, len(args))], " ")); ok {
+		return c
+	}
+	t.Fatalf("no command %q", args)
+	return command{}
+}
+
+// TestCommandsNeed: each command reads what docs/interface.md §1 says, and
+// nothing more: migrate, invoice and consume the database (invoice with the
+// attempt's terms, which come with it), dlq replay Kafka, reconcile the
+// database and the gateway (with the terms its decisions take), help,
+// version and demo nothing.
+func TestCommandsNeed(t *testing.T) {
+	want := map[string]config.Part{
+		"run":             config.AllParts,
+		"migrate":         config.PartDatabase,
+		"dlq replay":      config.PartKafka,
+		"invoice list":    config.PartDatabase,
+		"invoice show":    config.PartDatabase | config.PartRules,
+		"invoice resolve": config.PartDatabase | config.PartRules,
+		"consume pause":   config.PartDatabase,
+		"consume resume":  config.PartDatabase,
+		"reconcile":       config.PartDatabase | config.PartGateway | config.PartRules,
+		"demo":            0,
+		"version":         0,
+	}
+	for _, c := range commands() {
+		w, ok := want[c.name]
+		if !ok {
+			t.Errorf("command %s: not in this test; what does it read?", c.name)
+			continue
+		}
+		if c.needs != w {
+			t.Errorf("command %s reads %s, want %s", c.name, c.needs, w)
+		}
+		// Reading a secret of a part it does not need would put that secret
+		// in its Job.
+		if c.needs&config.PartGateway != 0 && c.name != "run" && c.name != "reconcile" {
+			t.Errorf("command %s reads the gateway's settings", c.name)
+		}
+	}
+}
+
+// TestCommandReadsOnlyItsConfiguration: with only the variables of its
+// parts set, and every other one missing or wrong, each command gets past
+// its configuration (it fails later, on the closed port it was given, or
+// not at all): `billing migrate` in the init container needs neither
+// BILLING_KAFKA_BROKERS nor BILLING_PAYMENT_BASE_URL, and the replay Job no
+// database or gateway secret (issue 31 point 8).
+func TestCommandReadsOnlyItsConfiguration(t *testing.T) {
+	for _, cmd := range [][]string{{"migrate", "--wait", "0"}, {"dlq", "replay", "--dry-run"}, {"invoice", "resolve", "ord-1", "--declined"}, {"version"}} {
+		c := commandOf(t, cmd)
+		t.Run(c.name, func(t *testing.T) {
+			for _, n := range config.Names() {
+				unsetenv(t, n)
+			}
+			for _, v := range config.Vars() {
+				switch {
+				case c.needs&v.Part != 0 && v.Required:
+					t.Setenv(v.Name, validEnv[v.Name])
+				case c.reads()&v.Part == 0:
+					t.Setenv(v.Name, "not a value of "+v.Name)
+				}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err := run(ctx, cmd, &stdout, &stderr)
+			var ce *config.Error
+			if errors.As(err, &ce) || strings.Contains(fmt.Sprint(err), "BILLING_") {
+				t.Errorf("billing %s with only %s set: %v", strings.Join(cmd, " "), c.needs, err)
+			}
+		})
+	}
+}
 func TestUsage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if err := run(context.Background(), []string{"frobnicate"}, &stdout, &stderr); err == nil {
@@ -49,43 +144,59 @@ func TestUsage(t *testing.T) {
 	}
 	stderr.Reset()
 	setValidEnv(t)
-	if err := run(context.Background(), []string{"dlq", "replay", "--limit", "x"}, &stdout, &stderr); err == nil {
-		t.Error("--limit x accepted")
+	if err := run(context.Background(), []string{"dlq", "replay", "--limit", "x"}, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "--limit") {
+		t.Errorf("--limit x: %v, want an error naming --limit", err)
 	}
-	if !strings.Contains(stderr.String(), "invalid value") {
-		t.Errorf("stderr = %q, want the flag error", stderr.String())
+	if err := run(context.Background(), []string{"dlq", "replay", "--dry-runn"}, &stdout, &stderr); err == nil || !strings.Contains(stderr.String(), "flag provided but not defined") {
+		t.Errorf("--dry-runn: %v, stderr %q; want the flag error", err, stderr.String())
 	}
 }
 
-// setValidEnv sets a complete, valid configuration (nothing listens there).
-func setValidEnv(t *testing.T) {
+// validEnv is a complete, valid configuration (nothing listens there).
+var validEnv = map[string]string{
+	"BILLING_KAFKA_BROKERS":            "127.0.0.1:9",
+	"BILLING_DATABASE_URL":             "postgres://billing:hunter2@127.0.0.1:9/billing",
+	"BILLING_PAYMENT_BASE_URL":         "http://127.0.0.1:9",
+	"BILLING_RETRY_DELAYS":             "1s",
+	"BILLING_MAX_IN_FLIGHT":            "4",
+	"BILLING_SHUTDOWN_TIMEOUT":         "5s",
+	"BILLING_PAYMENT_TIMEOUT":          "1s",
+	"BILLING_DEDUP_RETENTION":          "24h",
+	"BILLING_PENDING_RESUME_AFTER":     "15m",
+	"BILLING_GATEWAY_KEY_TTL":          "24h",
+	"BILLING_DEFAULT_CURRENCY":         "USD",
+	"BILLING_LOG_LEVEL":                "info",
+	"BILLING_KAFKA_TOPIC":              "t",
+	"BILLING_KAFKA_GROUP_ID":           "g",
+	"BILLING_KAFKA_RETRY_TOPIC_PREFIX": "r",
+	"BILLING_KAFKA_DLQ_TOPIC":          "d",
+	"BILLING_KAFKA_CLIENT_ID":          "c",
+	"BILLING_HTTP_ADDR":                ":0",
+	"BILLING_KAFKA_TLS_ENABLED":        "false",
+	"BILLING_MIGRATE_ON_START":         "false",
+	"BILLING_PUBLISH_EVENTS":           "true",
+	"BILLING_KAFKA_INVOICE_TOPIC":      "i",
+}
+
+// setValidEnv sets validEnv and unsets every other variable.
+func setValidEnv(t testing.TB) {
 	t.Helper()
 	for _, n := range config.Names() {
-		t.Setenv(n, "")
+		unsetenv(t, n)
 	}
-	t.Setenv("BILLING_KAFKA_BROKERS", "127.0.0.1:9")
-	t.Setenv("BILLING_DATABASE_URL", "postgres://billing:hunter2@127.0.0.1:9/billing")
-	t.Setenv("BILLING_PAYMENT_BASE_URL", "http://127.0.0.1:9")
-	t.Setenv("BILLING_RETRY_DELAYS", "1s")
-	t.Setenv("BILLING_MAX_IN_FLIGHT", "4")
-	t.Setenv("BILLING_SHUTDOWN_TIMEOUT", "5s")
-	t.Setenv("BILLING_PAYMENT_TIMEOUT", "1s")
-	t.Setenv("BILLING_DEDUP_RETENTION", "24h")
-	t.Setenv("BILLING_PENDING_RESUME_AFTER", "15m")
-	t.Setenv("BILLING_GATEWAY_KEY_TTL", "24h")
-	t.Setenv("BILLING_DEFAULT_CURRENCY", "USD")
-	t.Setenv("BILLING_LOG_LEVEL", "info")
-	t.Setenv("BILLING_KAFKA_TOPIC", "t")
-	t.Setenv("BILLING_KAFKA_GROUP_ID", "g")
-	t.Setenv("BILLING_KAFKA_RETRY_TOPIC_PREFIX", "r")
-	t.Setenv("BILLING_KAFKA_DLQ_TOPIC", "d")
-	t.Setenv("BILLING_KAFKA_CLIENT_ID", "c")
-	t.Setenv("BILLING_HTTP_ADDR", ":0")
-	t.Setenv("BILLING_KAFKA_TLS_ENABLED", "false")
-	t.Setenv("BILLING_MIGRATE_ON_START", "false")
-	t.Setenv("BILLING_PUBLISH_EVENTS", "true")
-	t.Setenv("BILLING_KAFKA_INVOICE_TOPIC", "i")
-	t.Setenv("BILLING_DB_MAX_CONNS", "0")
+	for k, v := range validEnv {
+		t.Setenv(k, v)
+	}
+}
+
+// unsetenv removes name for the rest of the test and restores it after;
+// t.Setenv can only set, and an empty value is not the same as unset.
+func unsetenv(t testing.TB, name string) {
+	t.Helper()
+	t.Setenv(name, "") // registers the restore
+	if err := os.Unsetenv(name); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Help needs no configuration: with none set, every form prints usage to
@@ -205,24 +316,21 @@ func TestRunHelpListsConfiguration(t *testing.T) {
 			lines[f[0]] = l
 		}
 	}
-	typ := reflect.TypeFor[config.Config]()
-	for i := range typ.NumField() {
-		f := typ.Field(i)
-		name := config.Prefix + "_" + f.Tag.Get("envconfig")
-		line, ok := lines[name]
+	for _, v := range config.Vars() {
+		line, ok := lines[v.Name]
 		if !ok {
-			t.Errorf("billing run -h does not list %s:\n%s", name, stdout.String())
+			t.Errorf("billing run -h does not list %s:\n%s", v.Name, stdout.String())
 			continue
 		}
-		def := f.Tag.Get("default")
-		if f.Tag.Get("required") == "true" {
+		def := v.Default
+		if v.Required {
 			def = "required"
 		}
 		if def != "" && !strings.Contains(line, " "+def+" ") {
 			t.Errorf("billing run -h: %q lacks the default %q", line, def)
 		}
-		if !strings.HasSuffix(strings.TrimSpace(line), f.Tag.Get("desc")) {
-			t.Errorf("billing run -h: %q lacks the meaning %q", line, f.Tag.Get("desc"))
+		if !strings.HasSuffix(strings.TrimSpace(line), v.Desc) {
+			t.Errorf("billing run -h: %q lacks the meaning %q", line, v.Desc)
 		}
 	}
 	if !strings.Contains(stdout.String(), "OTEL_EXPORTER_OTLP_ENDPOINT") {

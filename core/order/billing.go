@@ -77,7 +77,7 @@ func (s *BillingService) Terms() AttemptTerms { return s.terms }
 //     rejected or held, if the attempt is still the only one that can be in
 //     flight.
 //
-// The rules (CONTRACT.md §4): an event whose id was seen before changes
+// The rules (docs/interface.md §4): an event whose id was seen before changes
 // nothing (no invoice for another order, no charge), except that a pending
 // invoice of its order is resumed, and that a rejected invoice is reopened
 // by the event whose id is its key, or by any event first seen for this
@@ -115,6 +115,11 @@ func (s *BillingService) Bill(ctx context.Context, evt OrderConfirmedEvent) (Out
 	r, err := reserve()
 	if err != nil {
 		return "", err
+	}
+	if r.Found && r.Invoice.Status == StatusRejected && !r.Reopened && r.Wait > 0 {
+		// An attempt under the rejected key may still be in flight: no
+		// second key before it has ended. The event looks again then.
+		return "", &AttemptBusyError{OrderID: r.Invoice.OrderID, Wait: r.Wait}
 	}
 	if r.Found && r.Invoice.Status == StatusRejected && !r.Reopened {
 		// The reserve decides a reopen on what its statement saw, and
@@ -188,7 +193,10 @@ func (s *BillingService) Resume(ctx context.Context, orderID string, key uuid.UU
 // gateway text of their own.
 const (
 	ReasonKeyReused = "the gateway answered 422: the key was used with another body, money may have moved under it"
-	ReasonKeyAged   = "its key was first sent more than half of BILLING_GATEWAY_KEY_TTL ago: the gateway may have forgotten a charge made under it"
+	// ReasonIndeterminate is a RefusalIndeterminate's: the gateway's
+	// answer neither proves a charge nor rules one out.
+	ReasonIndeterminate = "the gateway's answer does not say whether money moved under the key, and asking again would not tell more"
+	ReasonKeyAged       = "its key was first sent more than half of BILLING_GATEWAY_KEY_TTL ago: the gateway may have forgotten a charge made under it"
 )
 
 // charge sends the pending invoice's key under attempt, which the caller
@@ -204,7 +212,7 @@ const (
 func (s *BillingService) charge(ctx context.Context, inv Invoice, attempt int64, asked time.Time) (Outcome, error) {
 	deadline := asked.Add(s.terms.sendWindow())
 	if !s.now().Before(deadline) {
-		s.release(ctx, inv, attempt)
+		s.release(ctx, inv, attempt, AnswerUnsent)
 		return "", &AttemptBusyError{OrderID: inv.OrderID}
 	}
 	cctx, cancel := context.WithDeadline(ctx, deadline)
@@ -215,19 +223,23 @@ func (s *BillingService) charge(ctx context.Context, inv Invoice, attempt int64,
 		Amount:         Money{Amount: inv.Amount, Currency: inv.Currency},
 	})
 	cancel()
-	settle := Settlement{OrderID: inv.OrderID, Key: inv.EventID, Attempt: attempt}
+	settle := Settlement{OrderID: inv.OrderID, Key: inv.EventID, Attempt: attempt, Answer: AnswerOf(res, err)}
 	if err != nil {
 		err = fmt.Errorf("charge order %s key %s: %w", inv.OrderID, inv.EventID, err)
 		refused, ok := errors.AsType[*ChargeRefusedError](err)
 		switch {
 		case ok && refused.Kind == RefusalRejected:
 			settle.Status, settle.Reason = StatusRejected, reasonOf(err)
-		case ok && refused.Kind == RefusalKeyReused:
-			settle.Status, settle.Reason = StatusHeld, ReasonKeyReused
-			err = &HeldError{OrderID: inv.OrderID, Reason: ReasonKeyReused, Err: err}
+		case ok && (refused.Kind == RefusalKeyReused || refused.Kind == RefusalIndeterminate):
+			reason := ReasonKeyReused
+			if refused.Kind == RefusalIndeterminate {
+				reason = ReasonIndeterminate
+			}
+			settle.Status, settle.Reason = StatusHeld, reason
+			err = &HeldError{OrderID: inv.OrderID, Reason: reason, Err: err}
 		default:
 			if ChargeEnded(err) {
-				s.release(ctx, inv, attempt)
+				s.release(ctx, inv, attempt, settle.Answer)
 			}
 			return "", err
 		}
@@ -248,6 +260,12 @@ func (s *BillingService) charge(ctx context.Context, inv Invoice, attempt int64,
 		status, outcome = StatusDeclined, OutcomeDeclined
 	}
 	settle.Status, settle.ChargeID = status, res.ChargeID
+	if !ValidChargeID(res.ChargeID) {
+		// A gateway adapter keeps only ids an invoice may hold (docs/interface.md
+		// §6); another, kept here, would fail the settle after the money
+		// moved. The charge stands without it.
+		settle.ChargeID = ""
+	}
 	ok, err := s.ledger.Settle(ctx, settle)
 	switch {
 	case err != nil:
@@ -258,14 +276,15 @@ func (s *BillingService) charge(ctx context.Context, inv Invoice, attempt int64,
 	return outcome, nil
 }
 
-// release gives attempt back early, its request being over; if that fails
-// the attempt simply lives out its life.
-func (s *BillingService) release(ctx context.Context, inv Invoice, attempt int64) {
-	_ = s.ledger.Release(context.WithoutCancel(ctx), inv.OrderID, inv.EventID, attempt)
+// release gives attempt back early, its request being over (answer says
+// how, for the invoice's history); if that fails the attempt simply lives
+// out its life.
+func (s *BillingService) release(ctx context.Context, inv Invoice, attempt int64, answer string) {
+	_ = s.ledger.Release(context.WithoutCancel(ctx), inv.OrderID, inv.EventID, attempt, answer)
 }
 
 // maxReasonBytes bounds the reason recorded on an invoice (and published
-// with its event, CONTRACT.md §9).
+// with its event, docs/interface.md §9).
 const maxReasonBytes = 256
 
 // reasonOf is err's text as one line of at most maxReasonBytes.

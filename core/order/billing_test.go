@@ -44,6 +44,10 @@ func refusal(kind order.RefusalKind, code int) error {
 var (
 	rejected  = refusal(order.RefusalRejected, 400)
 	keyReused = refusal(order.RefusalKeyReused, 422)
+	// indeterminate is an answer that neither proves a charge nor rules one
+	// out, and that asking again would only repeat (Stripe's 500 with
+	// Stripe-Should-Retry: false, a PaymentIntent state billing does not know).
+	indeterminate = refusal(order.RefusalIndeterminate, 500)
 	// transient is a 503: the gateway answered, nothing of the request runs
 	// there, so its attempt ends at once.
 	transient = order.MarkChargeEnded(&order.TransientError{Op: "charge", Err: errors.New("503")})
@@ -52,7 +56,7 @@ var (
 	timeout = &order.TransientError{Op: "charge", Err: errors.New("no reply within 10s")}
 )
 
-// TestBillRules is CONTRACT.md §4's table for one order's events: each step
+// TestBillRules is docs/interface.md §4's table for one order's events: each step
 // bills an event (by name: events with the same name share the event_id;
 // order and amount as given) and expects an outcome or an error class; at
 // the end, the gateway saw these keys and the invoice is in this state.
@@ -145,6 +149,12 @@ func TestBillRules(t *testing.T) {
 			{"E1", "A", 100, "", order.ClassPermanent}, {"E2", "A", 90, "", order.ClassPermanent}},
 		wantKeys: []string{"E1"}, wantStatus: order.StatusHeld, wantKey: "E1", wantAmount: 100,
 	}, {
+		name:    "an answer that says nothing of the money holds the invoice like a 422",
+		gateway: []error{indeterminate},
+		steps: []step{{"E1", "A", 100, "", order.ClassPermanent}, {"E2", "A", 90, "", order.ClassPermanent},
+			{"E1", "A", 100, "", order.ClassPermanent}},
+		wantKeys: []string{"E1"}, wantStatus: order.StatusHeld, wantKey: "E1", wantAmount: 100,
+	}, {
 		name:    "another event waits while the first one's request may still be at the gateway",
 		gateway: []error{timeout},
 		steps: []step{{"E1", "A", 100, "", order.ClassTransient}, {"E2", "A", 90, "", order.ClassBusy},
@@ -199,4 +209,18 @@ func TestBillRules(t *testing.T) {
 func TestMemLedgerContract(t *testing.T) {
 	t.Parallel()
 	ledgertest.Run(t, func(*testing.T) order.Ledger { return ledgertest.NewMem() })
+}
+
+// TestMemOutboxContract runs the Outbox contract on the in-memory store the
+// relay's tests run over; infra/postgres runs it on the store.
+func TestMemOutboxContract(t *testing.T) {
+	t.Parallel()
+	ledgertest.RunOutbox(t, func(*testing.T) ledgertest.Store { return ledgertest.NewMem() })
+}
+
+// TestMemPendingContract runs the PendingLedger contract on the in-memory
+// store the completer's tests run over; infra/postgres runs it on the store.
+func TestMemPendingContract(t *testing.T) {
+	t.Parallel()
+	ledgertest.RunPending(t, func(*testing.T) ledgertest.Store { return ledgertest.NewMem() })
 }

@@ -31,7 +31,7 @@ type PermanentError struct {
 func (e *PermanentError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
 
-// RefusalKind says how the gateway refused a charge for good (CONTRACT.md §6).
+// RefusalKind says how the gateway refused a charge for good (docs/interface.md §6).
 type RefusalKind int
 
 const (
@@ -40,9 +40,16 @@ const (
 	// that failed validation), so no money moved under the key: the invoice
 	// becomes rejected and the next event of the order may reopen it.
 	RefusalRejected RefusalKind = iota + 1
-	// RefusalKeyReused: 422, the key was used before with another body.
-	// Money may have moved under it: the invoice is held for a person.
+	// RefusalKeyReused: 422, the key was used before with another body
+	// (at Stripe: a 400 of type idempotency_error). Money may have moved
+	// under it: the invoice is held for a person.
 	RefusalKeyReused
+	// RefusalIndeterminate: the gateway answered in a way that does not say
+	// whether money moved, and says that asking again under the key will
+	// not tell more (at Stripe: a success state billing does not know, a
+	// 5xx with Stripe-Should-Retry: false, whose result Stripe replays for
+	// the key). Held for a person, like RefusalKeyReused.
+	RefusalIndeterminate
 )
 
 // ChargeRefusedError is the gateway's permanent refusal of one charge. The
@@ -55,8 +62,11 @@ type ChargeRefusedError struct {
 }
 
 func (e *ChargeRefusedError) Error() string {
-	if e.Kind == RefusalKeyReused {
+	switch e.Kind {
+	case RefusalKeyReused:
 		return "charge refused, key used with another body: " + e.Err.Error()
+	case RefusalIndeterminate:
+		return "charge outcome unknown: " + e.Err.Error()
 	}
 	return "charge rejected: " + e.Err.Error()
 }
@@ -79,7 +89,7 @@ func (e *TransientError) Unwrap() error { return e.Err }
 // AttemptBusyError says another path (another event of the order, a retry
 // tier, the pending completer, another pod) holds the attempt of the
 // order's pending invoice: its key may be at the gateway right now
-// (CONTRACT.md §4, one attempt per key at a time). Nothing was sent. The
+// (docs/interface.md §4, one attempt per key at a time). Nothing was sent. The
 // event waits in place and tries again; it is not routed, and it gives way
 // uncommitted when its partition is revoked or the process stops.
 type AttemptBusyError struct {
@@ -93,7 +103,7 @@ func (e *AttemptBusyError) Error() string {
 	return fmt.Sprintf("order %s: another attempt of its invoice is in flight (for up to %v)", e.OrderID, e.Wait)
 }
 
-// HeldError says the order's invoice is held for a person (CONTRACT.md §4):
+// HeldError says the order's invoice is held for a person (docs/interface.md §4):
 // by this event's 422, by its key's age, or before this event arrived. It
 // is permanent: the record goes to the DLQ, to be replayed once the person
 // has decided (`billing invoice resolve`).

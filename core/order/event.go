@@ -3,6 +3,8 @@ package order
 import (
 	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gofrs/uuid/v5"
 )
@@ -60,4 +62,71 @@ func NewOrderConfirmedEvent(o Order) (OrderConfirmedEvent, error) {
 		TotalAmount: o.TotalAmount,
 		Currency:    o.Currency,
 	}, nil
+}
+
+// MaxIDBytes is the longest order_id or customer_id accepted, in bytes.
+const MaxIDBytes = 128
+
+// CheckID returns why id is not a valid order_id or customer_id
+// (docs/interface.md §3: not blank, at most MaxIDBytes bytes of UTF-8, no
+// control character), "" when it is. The event's decoder applies it to both
+// ids, and so do the paths that take an id from elsewhere: a person's
+// `billing invoice resolve ORDER_ID`.
+func CheckID(id string) string {
+	if len(id) > MaxIDBytes {
+		return fmt.Sprintf("longer than %d bytes", MaxIDBytes)
+	}
+	blank := true
+	for len(id) > 0 {
+		r, size := utf8.DecodeRuneInString(id)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return "not valid UTF-8"
+		case unicode.IsControl(r): // Cc: C0, DEL and C1
+			return "contains a control character"
+		case !unicode.IsSpace(r):
+			blank = false
+		}
+		id = id[size:]
+	}
+	if blank {
+		return "blank"
+	}
+	return ""
+}
+
+// ValidAmount reports whether n is an amount billing charges: above 0, in
+// minor units.
+func ValidAmount(n int64) bool { return n > 0 }
+
+// ValidCurrency reports whether s is a currency code billing accepts:
+// exactly 3 upper-case letters A-Z (not checked against ISO 4217). The
+// configured default currency must pass it.
+func ValidCurrency(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckEventID returns why u is not a valid event id, "" when it is: a
+// UUID version 7 with the RFC 9562 variant, and neither the nil nor the max
+// UUID, which are named as such rather than by their version.
+func CheckEventID(u uuid.UUID) string {
+	switch {
+	case u == uuid.Nil:
+		return "nil UUID"
+	case u == uuid.Max:
+		return "max UUID"
+	case u.Version() != uuid.V7:
+		return fmt.Sprintf("UUID version %d, want 7", u.Version())
+	case u.Variant() != uuid.VariantRFC9562:
+		return "UUID variant is not RFC 9562"
+	}
+	return ""
 }

@@ -3,15 +3,13 @@ package order
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/gofrs/uuid/v5"
 )
 
-// InvoiceEventType is the event_type of an invoice event (CONTRACT.md §9),
+// InvoiceEventType is the event_type of an invoice event (docs/interface.md §9),
 // the label of billing_published_events_total.
 type InvoiceEventType string
 
@@ -47,7 +45,7 @@ func EventTypeOf(status InvoiceStatus) InvoiceEventType {
 }
 
 // InvoiceEvent is what billing tells the rest of the system it decided on
-// an order: one per transition of its invoice (CONTRACT.md §9).
+// an order: one per transition of its invoice (docs/interface.md §9).
 type InvoiceEvent struct {
 	EventID        uuid.UUID // InvoiceEventID(OrderID, IdempotencyKey, Status)
 	Status         InvoiceStatus
@@ -91,42 +89,10 @@ func InvoiceEventID(orderID string, key uuid.UUID, status InvoiceStatus, reopens
 	return id
 }
 
-// invoiceEventJSON is the value of an invoice event record, its members in
-// CONTRACT.md §9's order.
-type invoiceEventJSON struct {
-	EventID        string `json:"event_id"`
-	EventType      string `json:"event_type"`
-	OccurredAt     string `json:"occurred_at"`
-	OrderID        string `json:"order_id"`
-	CustomerID     string `json:"customer_id"`
-	Amount         int64  `json:"amount"`
-	Currency       string `json:"currency"`
-	IdempotencyKey string `json:"idempotency_key"`
-	ChargeID       string `json:"charge_id,omitempty"`
-	Reason         string `json:"reason,omitempty"`
-}
-
-// EncodeInvoiceEvent returns e's record value (CONTRACT.md §9): charge_id
-// only on InvoiceCharged and only when known, reason only on
-// InvoiceRejected and InvoiceHeld, bounded to one line of 256 bytes.
-func EncodeInvoiceEvent(e InvoiceEvent) ([]byte, error) {
-	typ := e.Type()
-	if typ == "" {
-		return nil, fmt.Errorf("invoice event of order %s: status %q publishes nothing", e.OrderID, e.Status)
-	}
-	v := invoiceEventJSON{
-		EventID: e.EventID.String(), EventType: string(typ), OccurredAt: e.OccurredAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
-		OrderID: e.OrderID, CustomerID: e.CustomerID, Amount: e.Amount, Currency: e.Currency,
-		IdempotencyKey: e.IdempotencyKey.String(),
-	}
-	switch typ {
-	case InvoiceCharged:
-		v.ChargeID = e.ChargeID
-	case InvoiceRejected, InvoiceHeld:
-		v.Reason = oneLineBounded(e.Reason, maxReasonBytes)
-	}
-	return json.Marshal(v)
-}
+// PublishedReason is reason as an invoice event carries it: one line of at
+// most 256 bytes, cut on a rune boundary, the bound of the reason an invoice
+// records (so a recorded reason is published whole).
+func PublishedReason(reason string) string { return oneLineBounded(reason, maxReasonBytes) }
 
 // EventPublisher writes invoice events where other services read them
 // (BILLING_KAFKA_INVOICE_TOPIC): all of them acknowledged, or an error.

@@ -6,11 +6,14 @@ import (
 	"time"
 )
 
-// RetryPolicy answers what happens to a failure, and when: it is the one
-// place that holds the service's retry delays and limits. internal/app
-// builds it once from the configuration (NewRetryPolicy, then the
-// configured tier delays) and hands it to whatever retries: the consumers
-// (Decide, Fetch), the router (Write) and the store (InPlace).
+// RetryPolicy answers what happens to a failed event, and when: the retry
+// tiers, the wait of an event held by an outage, the looks of an event
+// waiting for another path's attempt. internal/app builds it once from the
+// configuration (NewRetryPolicy, then the configured tier delays) and hands
+// it to the consumers (Decide). The transports' own retries (a failed
+// fetch, a failed routed write, a transaction the server rolled back for a
+// conflict, reaching a dependency at start) are their adapters' business,
+// not the domain's.
 //
 // A party that asks for a pause (the gateway's Retry-After, carried by
 // TransientError and OutageError) is not asked again sooner, as far as the
@@ -24,22 +27,6 @@ type RetryPolicy struct {
 	// Kafka or the gateway unavailable): the same event is tried again, as
 	// a probe, after Outage.Delay(attempt).
 	Outage Backoff
-	// InPlace spaces the runs of a transaction the server rolled back for a
-	// conflict (a serialization failure, a deadlock): it runs InPlaceAttempts
-	// times in all, and then fails the event as a TransientError (the
-	// store's in-place retry, postgres.WithRetryPolicy).
-	InPlace         Backoff
-	InPlaceAttempts int
-	// Fetch spaces the attempts after a failed fetch or group join.
-	Fetch Backoff
-	// Write spaces the attempts of a routed write (to a tier or the DLQ)
-	// that failed; after WriteOutageAfter failures in a row Kafka is an
-	// outage and consumption pauses, while the write goes on being retried.
-	Write            Backoff
-	WriteOutageAfter int
-	// Startup spaces the attempts to reach a dependency when the process
-	// starts.
-	Startup Backoff
 	// Busy spaces the looks of an event waiting for another path's attempt
 	// of its invoice (ClassBusy); it never waits past the time that attempt
 	// may still live.
@@ -54,14 +41,6 @@ func NewRetryPolicy(tierDelays ...time.Duration) RetryPolicy {
 	return RetryPolicy{
 		TierDelays: tierDelays,
 		Outage:     Backoff{Min: 500 * time.Millisecond, Max: 15 * time.Second},
-		// Long enough for the conflicting transaction to finish, short next
-		// to an event's handling time; three runs never reach Max.
-		InPlace:          Backoff{Min: 20 * time.Millisecond, Max: 100 * time.Millisecond},
-		InPlaceAttempts:  3,
-		Fetch:            Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
-		Write:            Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
-		WriteOutageAfter: 3,
-		Startup:          Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second},
 		// The other attempt usually ends within a gateway round trip; one
 		// whose pod died lives out its AttemptTerms.Life (15s by default).
 		Busy: Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second},
@@ -121,7 +100,7 @@ type Decision struct {
 //
 // A transient failure goes to the next tier, always: every configured tier
 // gets its attempt. A tier holds a record no longer than its own delay
-// (x-not-before is clamped to it, CONTRACT §5), so a gateway's Retry-After
+// (x-not-before is clamped to it, docs/interface.md §5), so a gateway's Retry-After
 // longer than that delay is honoured only up to it; skipping tiers to wait
 // longer would give a 429 fewer attempts than configured.
 //
@@ -163,16 +142,6 @@ func (p RetryPolicy) TierDelay(n int) time.Duration {
 	return p.TierDelays[min(n, len(p.TierDelays))-1]
 }
 
-// InPlaceDelay answers for a transaction rolled back for a conflict on its
-// run-th run (1 for the first): whether to run it again, and after about how
-// long (the caller may jitter it). false: give up, the event fails.
-func (p RetryPolicy) InPlaceDelay(run int) (time.Duration, bool) {
-	if run >= p.InPlaceAttempts {
-		return 0, false
-	}
-	return p.InPlace.Delay(run - 1), true
-}
-
 // retryAfter is the longest pause that the failing party asked for in err's
 // chain (zero: none asked).
 func retryAfter(err error) time.Duration {
@@ -192,7 +161,8 @@ func retryAfter(err error) time.Duration {
 
 // Backoff is a schedule of waits that doubles from Min up to Max. It has no
 // jitter: the goroutines retrying in one process are few, and the brokers
-// and Postgres see one process each.
+// and Postgres see one process each. It is a value, the schedule only: the
+// waiting is done by whoever retries.
 type Backoff struct{ Min, Max time.Duration }
 
 // Delay is the wait after failure number attempt (0 for the first).

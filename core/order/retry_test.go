@@ -42,7 +42,7 @@ func TestRetryPolicyDecide(t *testing.T) {
 		{"deadline", context.DeadlineExceeded, 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 1, Delay: 5 * s}},
 
 		// Retry-After never skips a tier: every tier gets its attempt, and a
-		// tier holds a record no longer than its own delay (CONTRACT §5), so
+		// tier holds a record no longer than its own delay (docs/interface.md §5), so
 		// a longer hint is honoured only up to that delay.
 		{"Retry-After within the next tier", transient(5 * s), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 1, Delay: 5 * s}},
 		{"Retry-After past the next tier", transient(6 * s), 0, 0, Decision{Action: ActionRetryTier, Class: ClassTransient, Tier: 1, Delay: 5 * s}},
@@ -74,22 +74,6 @@ func TestRetryPolicyDecide(t *testing.T) {
 				t.Errorf("Decide(tier %d, attempt %d) = %+v, want %+v", tt.tier, tt.attempt, got, tt.want)
 			}
 		})
-	}
-}
-
-// A transaction rolled back for a conflict runs three times in all, the
-// pauses doubling from 20ms; then the event fails as a TransientError.
-func TestRetryPolicyInPlace(t *testing.T) {
-	t.Parallel()
-	p := NewRetryPolicy()
-	for _, tt := range []struct {
-		run   int
-		want  time.Duration
-		again bool
-	}{{1, 20 * time.Millisecond, true}, {2, 40 * time.Millisecond, true}, {3, 0, false}} {
-		if d, again := p.InPlaceDelay(tt.run); d != tt.want || again != tt.again {
-			t.Errorf("InPlaceDelay(%d) = %v, %v; want %v, %v", tt.run, d, again, tt.want, tt.again)
-		}
 	}
 }
 

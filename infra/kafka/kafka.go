@@ -1,10 +1,17 @@
 // Package kafkaclient builds billing's Kafka clients from configuration
-// (brokers, client id, TLS, SASL), creates the service's own topics where
-// the cluster allows it, and measures consumer lag from the brokers'
-// high-water marks. It owns connections; what flows through them is
-// adapters/in/kafka's job. The layout fixes its folder, infra/kafka; its
-// name differs so that it reads apart from that adapter (package kafka)
-// and from kafka-go (package kafka) in a file that imports them together.
+// (brokers, client id, TLS, SASL), writes records, creates the service's
+// own topics where the cluster allows it, and reads what the brokers say
+// (partitions, offsets, lag, consumer groups). It owns connections; what
+// flows through them is adapters/in/kafka's job. The layout fixes its
+// folder, infra/kafka; its name differs so that it reads apart from that
+// adapter (package kafka) and from kafka-go (package kafka) in a file that
+// imports them together.
+//
+// It is one of kafka-go's doors (README, "Layout"; depguard's
+// kafka-go-behind-its-doors rule): it imports kafka-go, and its exported
+// API speaks only the project's own types (Access, Message, Header,
+// Budget, PartitionOffsets, GroupDescription) and the standard library's,
+// so that no caller needs kafka-go to use it.
 package kafkaclient
 
 import (
@@ -37,14 +44,17 @@ type Settings struct {
 
 // Cluster is how to reach the Kafka cluster: the brokers, the client id and
 // what every client shares, the TLS config and the SASL mechanism, built
-// once. It holds no connection: each reader, writer, client or ping it
-// makes dials on its own.
+// once. It holds no connection: each writer, client or ping it makes, and
+// each reader built from its Access, dials on its own.
 type Cluster struct {
 	brokers  []string
 	clientID string
 	tls      *tls.Config
 	sasl     sasl.Mechanism
 }
+
+// dialTimeout bounds one connection's dial, TLS and SASL handshakes.
+const dialTimeout = 10 * time.Second
 
 // ErrSASLCredentials is wrapped by NewCluster's error when the SASL user name
 // or password cannot be used at all (SCRAM's SASLprep refuses them).
@@ -97,23 +107,23 @@ func NewCluster(s Settings) (*Cluster, error) {
 // Brokers returns the bootstrap brokers.
 func (c *Cluster) Brokers() []string { return c.brokers }
 
-// Dialer returns a dialer for Readers.
-func (c *Cluster) Dialer() *kafkago.Dialer {
+// dialer returns a dialer for connections to one broker.
+func (c *Cluster) dialer() *kafkago.Dialer {
 	return &kafkago.Dialer{
 		ClientID:      c.clientID,
-		Timeout:       10 * time.Second,
+		Timeout:       dialTimeout,
 		DualStack:     true,
 		TLS:           c.tls,
 		SASLMechanism: c.sasl,
 	}
 }
 
-// Transport returns a new transport for a Writer or a Client. Each owner
+// transport returns a new transport for a Writer or a Client. Each owner
 // closes its own (CloseIdleConnections) so no goroutine outlives it.
-func (c *Cluster) Transport() *kafkago.Transport {
+func (c *Cluster) transport() *kafkago.Transport {
 	return &kafkago.Transport{
 		ClientID:    c.clientID,
-		DialTimeout: 10 * time.Second,
+		DialTimeout: dialTimeout,
 		IdleTimeout: 30 * time.Second,
 		MetadataTTL: 15 * time.Second,
 		TLS:         c.tls,
@@ -121,56 +131,45 @@ func (c *Cluster) Transport() *kafkago.Transport {
 	}
 }
 
-// Client returns an admin/metadata client over its own transport, and a
+// client returns an admin/metadata client over its own transport, and a
 // function that releases the transport's connections.
-func (c *Cluster) Client() (*kafkago.Client, func()) {
-	t := c.Transport()
+func (c *Cluster) client() (*kafkago.Client, func()) {
+	t := c.transport()
 	return &kafkago.Client{Addr: kafkago.TCP(c.brokers...), Transport: t, Timeout: 10 * time.Second},
 		t.CloseIdleConnections
 }
 
-// ReaderOptions tunes a group reader. Zero values take production defaults.
+// ReaderOptions tunes a group reader (adapters/in/kafka builds it from the
+// cluster's Access). Zero values take production defaults.
 type ReaderOptions struct {
 	MaxWait           time.Duration
 	HeartbeatInterval time.Duration
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	QueueCapacity     int
+	// MaxBatchBytes bounds what a compressed batch may hold once
+	// decompressed (BILLING_KAFKA_MAX_BATCH_BYTES; 0: the reader's default,
+	// the same 32 MiB), and Budget, when set, is charged with what the
+	// readers decode before they decode it (the process's one budget, see
+	// adapters/in/kafka.MemoryBudget).
+	MaxBatchBytes int
+	Budget        Budget
 }
 
-// ReaderConfig returns the configuration of a consumer group of topic and
-// of the readers of its partitions (adapters/in/kafka.NewGroupSource takes
-// both from it). Offsets are committed by the consumer through the group's
-// generation, never by a reader. A group that has no committed offset starts
-// at the oldest record, so nothing published before the first deployment is
-// skipped. Records of aborted transactions are not read (read_committed).
-func (c *Cluster) ReaderConfig(topic, group string, o ReaderOptions) kafkago.ReaderConfig {
-	cfg := kafkago.ReaderConfig{
-		Brokers:           c.brokers,
-		GroupID:           group,
-		Topic:             topic,
-		Dialer:            c.Dialer(),
-		MinBytes:          1,
-		MaxBytes:          8 << 20,
-		MaxWait:           or(o.MaxWait, 500*time.Millisecond),
-		HeartbeatInterval: or(o.HeartbeatInterval, 3*time.Second),
-		SessionTimeout:    or(o.SessionTimeout, 30*time.Second),
-		RebalanceTimeout:  or(o.RebalanceTimeout, 30*time.Second),
-		JoinGroupBackoff:  time.Second,
-		ReadBackoffMin:    100 * time.Millisecond,
-		ReadBackoffMax:    2 * time.Second,
-		QueueCapacity:     o.QueueCapacity,
-		CommitInterval:    0,
-		StartOffset:       kafkago.FirstOffset,
-		MaxAttempts:       3,
-		// Records of aborted transactions are never billed and markers are
-		// never records (CONTRACT §4); the filtering itself is in the
-		// patched kafka-go under third_party/kafka-go.
-		IsolationLevel: kafkago.ReadCommitted,
-	}
-	// QueueCapacity 0 leaves the partition readers' prefetch to
-	// adapters/in/kafka.NewGroupSource, which keeps it small.
-	return cfg
+// Budget is memory that a reader charges before it decodes: each record's
+// bytes, and a compressed batch's before it is decompressed.
+type Budget interface {
+	// AcquireRecord takes n bytes for one record about to be decoded (or
+	// its stub).
+	AcquireRecord(ctx context.Context, n int64) error
+	// ReleaseRecord gives back n bytes of records' charges.
+	ReleaseRecord(n int64)
+	// AcquireBatch takes n bytes for a compressed batch: its compressed
+	// bytes, then those and its decompressed size. The reader holds nothing
+	// else of the budget when it asks.
+	AcquireBatch(ctx context.Context, n int64) error
+	// ReleaseBatch gives back n bytes of a batch's charges.
+	ReleaseBatch(n int64)
 }
 
 // Writer is the producer of routed records (retry tiers, DLQ, replay).
@@ -195,15 +194,18 @@ const (
 )
 
 // WriteMessages writes msgs in order, the small ones batched with other
-// concurrent writes, each large one alone.
-func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafkago.Message) error {
+// concurrent writes, each large one alone. Its errors are kafka-go's: a
+// broker's refusal unwraps to its error code, which adapters/in/kafka's
+// writer.go tells apart.
+func (w *Writer) WriteMessages(ctx context.Context, msgs ...Message) error {
+	ms := messages(msgs)
 	start := 0
-	for i, m := range msgs {
+	for i, m := range ms {
 		if size(m) <= soloAbove {
 			continue
 		}
 		if start < i {
-			if err := w.batched.WriteMessages(ctx, msgs[start:i]...); err != nil {
+			if err := w.batched.WriteMessages(ctx, ms[start:i]...); err != nil {
 				return err
 			}
 		}
@@ -212,15 +214,15 @@ func (w *Writer) WriteMessages(ctx context.Context, msgs ...kafkago.Message) err
 		}
 		start = i + 1
 	}
-	if start == len(msgs) {
+	if start == len(ms) {
 		return nil
 	}
-	return w.batched.WriteMessages(ctx, msgs[start:]...)
+	return w.batched.WriteMessages(ctx, ms[start:]...)
 }
 
 // WriteAlone writes msg in a batch that holds nothing else.
-func (w *Writer) WriteAlone(ctx context.Context, msg kafkago.Message) error {
-	return w.solo.WriteMessages(ctx, msg)
+func (w *Writer) WriteAlone(ctx context.Context, msg Message) error {
+	return w.solo.WriteMessages(ctx, msg.kafka())
 }
 
 // size is a record's bytes on the wire, less a few bytes of framing.
@@ -232,11 +234,11 @@ func size(m kafkago.Message) int {
 	return n
 }
 
-// Partitioner chooses partitions as Kafka's Java client does: murmur2 of
+// partitioner chooses partitions as Kafka's Java client does: murmur2 of
 // the key, positive, modulo the partition count; records without a key go
 // to a random partition, as the Java client's sticky partitioner spreads
-// them (CONTRACT §5: a key stays on the partition its producers chose).
-func Partitioner() kafkago.Balancer { return &kafkago.Murmur2Balancer{} }
+// them (docs/interface.md §5: a key stays on the partition its producers chose).
+func partitioner() kafkago.Balancer { return &kafkago.Murmur2Balancer{} }
 
 // NewWriter returns a producer for routed records (retry tiers, DLQ, replay):
 // the topic is set per message, RequireAll so that an acknowledged write
@@ -244,10 +246,10 @@ func Partitioner() kafkago.Balancer { return &kafkago.Murmur2Balancer{} }
 // returned function closes the writer and its transports.
 func (c *Cluster) NewWriter() (*Writer, func() error) {
 	newW := func(batchSize int, batchBytes int64) (*kafkago.Writer, *kafkago.Transport) {
-		t := c.Transport()
+		t := c.transport()
 		return &kafkago.Writer{
 			Addr:                   kafkago.TCP(c.brokers...),
-			Balancer:               Partitioner(),
+			Balancer:               partitioner(),
 			RequiredAcks:           kafkago.RequireAll,
 			MaxAttempts:            3,
 			WriteBackoffMin:        50 * time.Millisecond,
@@ -274,13 +276,13 @@ func (c *Cluster) NewWriter() (*Writer, func() error) {
 // Ping connects to the brokers in turn, with TLS and SASL, and returns nil
 // as soon as one accepts. It dials rather than sending a request through a
 // Transport so that a refused SASL login comes back as the broker's error
-// (kafka.SASLAuthenticationFailed), not as a dropped connection.
+// (SASLRefused), not as a dropped connection.
 func (c *Cluster) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var errs []error
 	for _, b := range c.brokers {
-		conn, err := c.Dialer().DialContext(ctx, "tcp", b)
+		conn, err := c.dialer().DialContext(ctx, "tcp", b)
 		if err == nil {
 			return conn.Close()
 		}
@@ -334,7 +336,7 @@ func (c *Cluster) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 }
 
 func (c *Cluster) createTopics(ctx context.Context, specs []TopicSpec) error {
-	cl, done := c.Client()
+	cl, done := c.client()
 	defer done()
 	req := &kafkago.CreateTopicsRequest{}
 	for _, s := range specs {
@@ -372,7 +374,7 @@ func (c *Cluster) createTopics(ctx context.Context, specs []TopicSpec) error {
 
 // Partitions returns the partition count of each topic that exists.
 func (c *Cluster) Partitions(ctx context.Context, topics ...string) (map[string]int, error) {
-	cl, done := c.Client()
+	cl, done := c.client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
 	if err != nil {
@@ -418,7 +420,7 @@ type Position struct {
 // Positions returns, per partition of topic, the group's committed offset
 // and its lag (see Lag), from one set of broker answers.
 func (c *Cluster) Positions(ctx context.Context, group, topic string) (map[int]Position, error) {
-	cl, done := c.Client()
+	cl, done := c.client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
@@ -485,7 +487,7 @@ const markerSpan = 64
 // open transaction) count as records: they may still be committed. Errors
 // leave the caller with the plain difference of offsets.
 func (c *Cluster) records(ctx context.Context, topic string, partition int, from, to int64) (int64, error) {
-	conn, err := c.DialLeader(ctx, topic, partition)
+	conn, err := c.dialLeader(ctx, topic, partition)
 	if err != nil {
 		return 0, err
 	}
@@ -498,8 +500,11 @@ func (c *Cluster) records(ctx context.Context, topic string, partition int, from
 		if err := conn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			return 0, err
 		}
+		// A compressed batch is counted without being decompressed: past
+		// a bound of one byte, each of its offsets comes back as a stub,
+		// which is a record here as for the consumer.
 		b := conn.ReadBatchWith(kafkago.ReadBatchConfig{MinBytes: 1, MaxBytes: 1 << 20,
-			MaxWait: 100 * time.Millisecond, IsolationLevel: kafkago.ReadCommitted})
+			MaxWait: 100 * time.Millisecond, IsolationLevel: kafkago.ReadCommitted, MaxBatchBytes: 1})
 		for {
 			m, err := b.ReadMessage()
 			if err != nil || m.Offset >= to {
@@ -521,14 +526,14 @@ func (c *Cluster) records(ctx context.Context, topic string, partition int, from
 	}
 }
 
-// DialLeader connects to the leader of topic's partition through the first
-// broker that answers, within 10 s.
-func (c *Cluster) DialLeader(ctx context.Context, topic string, partition int) (*kafkago.Conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// dialLeader connects to the leader of topic's partition through the first
+// broker that answers, within dialTimeout.
+func (c *Cluster) dialLeader(ctx context.Context, topic string, partition int) (*kafkago.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	var errs []error
 	for _, b := range c.brokers {
-		conn, err := c.Dialer().DialLeader(dctx, "tcp", b, topic, partition)
+		conn, err := c.dialer().DialLeader(dctx, "tcp", b, topic, partition)
 		if err == nil {
 			return conn, nil
 		}
@@ -543,11 +548,4 @@ func names(specs []TopicSpec) []string {
 		out[i] = s.Name
 	}
 	return out
-}
-
-func or(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

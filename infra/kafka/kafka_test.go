@@ -7,7 +7,7 @@ import (
 )
 
 // The SCRAM library quotes a password SASLprep refuses; NewCluster must not
-// pass that text on (CONTRACT §2).
+// pass that text on (docs/interface.md §2).
 func TestNewClusterWithholdsSASLprepError(t *testing.T) {
 	t.Parallel()
 	const secret = "Sup3rS3cret-planted"

@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
-
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 )
 
@@ -90,9 +89,9 @@ func TestWriterPartitionsLikeTheJavaClient(t *testing.T) {
 	for i := range 40 {
 		keys = append(keys, fmt.Sprintf("ord-%d", i))
 	}
-	var msgs []kafkago.Message
+	var msgs []kafkaclient.Message
 	for _, k := range keys {
-		msgs = append(msgs, kafkago.Message{Topic: topic, Key: []byte(k), Value: []byte(k)})
+		msgs = append(msgs, kafkaclient.Message{Topic: topic, Key: []byte(k), Value: []byte(k)})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

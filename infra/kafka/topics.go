@@ -28,7 +28,7 @@ func (c *Cluster) MaxMessageBytes(ctx context.Context, topic string) (int, error
 }
 
 func (c *Cluster) maxMessageBytes(ctx context.Context, topics []string) (map[string]int, error) {
-	cl, done := c.Client()
+	cl, done := c.client()
 	defer done()
 	req := &kafkago.DescribeConfigsRequest{}
 	for _, t := range topics {
@@ -85,7 +85,7 @@ func (c *Cluster) raiseMaxMessageBytes(ctx context.Context, want map[string]int)
 	if len(req.Resources) == 0 {
 		return err
 	}
-	cl, done := c.Client()
+	cl, done := c.client()
 	defer done()
 	res, aerr := cl.IncrementalAlterConfigs(ctx, req)
 	if aerr != nil {
@@ -130,7 +130,7 @@ func RoutedMaxMessageBytes(mainMax int) int {
 // on the cluster, by N. It reads the metadata of every topic the service
 // may see.
 func (c *Cluster) TierTopics(ctx context.Context, prefix string) (map[int]string, error) {
-	cl, done := c.Client()
+	cl, done := c.client()
 	defer done()
 	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{})
 	if err != nil {

@@ -43,7 +43,7 @@ func create(t *testing.T, brokers []string, topic string, maxBytes int) {
 
 // Tier and DLQ topics that exist with Kafka's default 1 MiB limit are
 // raised to what routed records from the main topic need; a missing one is
-// created with it; one already above it is left alone (CONTRACT §5).
+// created with it; one already above it is left alone (docs/interface.md §5).
 func TestEnsureTopicsRaisesMaxMessageBytes(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.SharedReal(t).Brokers()

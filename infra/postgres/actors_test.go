@@ -47,7 +47,7 @@ func TestHeldRecordRedeliveredGoesToTheDLQ(t *testing.T) {
 		t.Parallel()
 		ctx := testCtx(t)
 		e := newBillingEnv(t)
-		e.gw.answer = keyReused
+		e.gw.SetAnswer(keyReused)
 		e1, e2 := event(t, "ord-1"), event(t, "ord-1")
 		_, err := e.svc.Bill(ctx, e1)
 		toDLQ(t, "E1, the 422", err)
@@ -57,7 +57,7 @@ func TestHeldRecordRedeliveredGoesToTheDLQ(t *testing.T) {
 		toDLQ(t, "E2, new, of the held order", err)
 		_, err = e.svc.Bill(ctx, e2)
 		toDLQ(t, "E2 delivered again", err)
-		if n := len(e.gw.keys()); n != 1 {
+		if n := len(e.gw.Keys()); n != 1 {
 			t.Errorf("gateway calls = %d, want 1: a held key is never sent again", n)
 		}
 	})
@@ -65,7 +65,7 @@ func TestHeldRecordRedeliveredGoesToTheDLQ(t *testing.T) {
 		t.Parallel()
 		ctx := testCtx(t)
 		e := newBillingEnv(t)
-		e.gw.answer = keyReused
+		e.gw.SetAnswer(keyReused)
 		evt := event(t, "ord-1")
 		flaky := order.NewBillingService(commitLost{e.store}, e.gw, group)
 		_, err := flaky.Bill(ctx, evt)
@@ -104,13 +104,13 @@ func TestEventRacingARejectionReopensIt(t *testing.T) {
 				// E0 rejected; E1 reopens the invoice under its own key,
 				// pending: E0 is seen, for this order, and not the key.
 				e0 := event(t, "ord-1")
-				e.gw.answer = func(n int, _ order.ChargeRequest) (order.ChargeResult, error) {
+				e.gw.SetAnswer(func(n int, _ order.ChargeRequest) (order.ChargeResult, error) {
 					return order.ChargeResult{}, refused(order.RefusalRejected, 404)
-				}
+				})
 				if _, err := e.svc.Bill(ctx, e0); order.Classify(err) != order.ClassPermanent {
 					t.Fatalf("E0: error = %v, want the 404's permanent error", err)
 				}
-				e.gw.answer = nil
+				e.gw.SetAnswer(nil)
 				racer = e0
 			} else {
 				racer = event(t, "ord-1")
@@ -158,7 +158,7 @@ func TestEventRacingARejectionReopensIt(t *testing.T) {
 			if inv.Status != order.StatusCharged || inv.EventID != racer.EventID {
 				t.Errorf("invoice = %s under %s, want charged under the racing event's id %s", inv.Status, inv.EventID, racer.EventID)
 			}
-			keys := e.gw.keys()
+			keys := e.gw.Keys()
 			if len(keys) == 0 || keys[len(keys)-1] != racer.EventID {
 				t.Errorf("gateway keys = %v, want the last under the racing event's id", keys)
 			}

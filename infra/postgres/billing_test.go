@@ -3,52 +3,21 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/gofrs/uuid/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ledgertest"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
-// fakeGateway records charges and answers with answer (success when nil).
-// Only the gateway is fake here; the database is real.
-type fakeGateway struct {
-	mu     sync.Mutex
-	calls  []order.ChargeRequest
-	answer func(n int, req order.ChargeRequest) (order.ChargeResult, error) // n counts from 1
-}
-
-var _ order.PaymentGateway = (*fakeGateway)(nil)
-
-func (g *fakeGateway) Charge(_ context.Context, req order.ChargeRequest) (order.ChargeResult, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.calls = append(g.calls, req)
-	if g.answer != nil {
-		return g.answer(len(g.calls), req)
-	}
-	return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: fmt.Sprintf("ch-%d", len(g.calls))}, nil
-}
-
-func (g *fakeGateway) keys() []uuid.UUID {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]uuid.UUID, len(g.calls))
-	for i, c := range g.calls {
-		out[i] = c.IdempotencyKey
-	}
-	return out
-}
-
 type billingEnv struct {
 	pool  *pgxpool.Pool
 	store *postgres.Store
-	gw    *fakeGateway
+	gw    *ledgertest.Gateway
 	svc   *order.BillingService
 }
 
@@ -56,7 +25,7 @@ func newBillingEnv(t *testing.T) *billingEnv {
 	t.Helper()
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
-	gw := &fakeGateway{}
+	gw := &ledgertest.Gateway{}
 	return &billingEnv{pool: pool, store: store, gw: gw, svc: order.NewBillingService(store, gw, group)}
 }
 

@@ -1,17 +1,18 @@
 package postgres_test
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	httpgateway "github.com/acme/billing/adapters/out/http"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/service/completer"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/pgtest"
 	"github.com/acme/billing/internal/testkit/poll"
@@ -56,10 +57,10 @@ func TestPendingCompleterChargesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var stats atomic.Value
-	c := order.NewPendingCompleter(store, svc, order.CompleterOptions{
+	met := metrics.New(prometheus.NewRegistry(), false)
+	c := completer.New(store, svc, completer.Options{
 		ResumeAfter: time.Minute, Interval: 20 * time.Millisecond, PassTimeout: 200 * time.Millisecond,
-		Stats: func(s order.PendingStats) { stats.Store(s) },
+		Metrics: met.Completer(),
 	})
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -70,8 +71,8 @@ func TestPendingCompleterChargesOnce(t *testing.T) {
 		return err == nil && len(invs) == 1 && invs[0].Status == order.StatusCharged
 	})
 	poll.Until(t, "the gauges see no pending invoice", 10*time.Second, func() bool {
-		s, ok := stats.Load().(order.PendingStats)
-		return ok && s.Count == 0 && s.Oldest == 0
+		return testutil.ToFloat64(met.BackgroundLastSuccess.WithLabelValues(metrics.ServiceCompleter)) > 0 &&
+			testutil.ToFloat64(met.InvoicesPending) == 0 && testutil.ToFloat64(met.PendingOldest) == 0
 	})
 	c.Stop()
 
@@ -93,140 +94,36 @@ func TestPendingCompleterChargesOnce(t *testing.T) {
 	}
 }
 
-// TestPendingCompletersShareNothing: two completers passing at once over the
-// same due invoices never both act on one: every key reaches the gateway
-// once, and every invoice ends charged.
-func TestPendingCompletersShareNothing(t *testing.T) {
+// TestClaimSkipsAnInvoiceWithALiveAttempt: a pending invoice whose attempt
+// is still alive (another path's request under its key may be at the
+// gateway; a release that records none gets one of the longest life from
+// migration 0006) is not due: the claim leaves it, and its back-off, alone,
+// so that the completer takes it as soon as the attempt ends rather than a
+// doubled back-off later.
+func TestClaimSkipsAnInvoiceWithALiveAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
 	stub, client := startStub(t)
-	stub.SetLatency(5 * time.Millisecond)
-	const n = 30
-	for i := range n {
-		if _, err := store.Reserve(ctx, pendingInvoice(fmt.Sprintf("ord-%02d", i), newEventID(t)), group, ended); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := pool.Exec(ctx, `UPDATE invoice SET updated_at = now() - interval '1 hour'`); err != nil {
-		t.Fatal(err)
-	}
-
 	svc := order.NewBillingService(store, client, group)
-	var (
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
-		results [2]order.CompleterResult
-		errs    [2]error
-	)
-	for i := range 2 {
-		c := order.NewPendingCompleter(store, svc, order.CompleterOptions{ResumeAfter: time.Minute, PassTimeout: 20 * time.Second, BatchSize: n})
-		wg.Go(func() {
-			<-start
-			results[i], errs[i] = c.RunOnce(ctx)
-		})
-	}
-	close(start)
-	wg.Wait()
-
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("completer %d: RunOnce() error = %v", i, err)
-		}
-	}
-	if got := results[0].Claimed + results[1].Claimed; got != n {
-		t.Errorf("claimed %d + %d, want %d in all", results[0].Claimed, results[1].Claimed, n)
-	}
-	perKey := map[string]int{}
-	for _, call := range stub.Calls() {
-		perKey[call.Key]++
-	}
-	for key, calls := range perKey {
-		if calls != 1 {
-			t.Errorf("key %s sent %d times, want once", key, calls)
-		}
-	}
-	invs, err := store.Invoices(ctx)
-	if err != nil {
+	pendingAfter503(ctx, t, stub, svc, event(t, "ord-live"))
+	if _, err := pool.Exec(ctx, `UPDATE invoice SET updated_at = now() - interval '1 hour',
+		attempt_id = -1, attempt_until = now() + interval '1 minute'`); err != nil {
 		t.Fatal(err)
 	}
-	for _, inv := range invs {
-		if inv.Status != order.StatusCharged {
-			t.Errorf("invoice %s is %s, want charged", inv.OrderID, inv.Status)
-		}
+	claim := order.PendingClaim{OlderThan: time.Minute, Limit: 10, Backoff: time.Minute, MaxBackoff: time.Hour}
+	if invs, err := store.ClaimPending(ctx, claim); err != nil || len(invs) != 0 {
+		t.Fatalf("ClaimPending() = %d invoices, %v; want none while its attempt lives", len(invs), err)
 	}
-	// Claimed once, each invoice is not due again before its back-off.
-	if again, err := store.ClaimPending(ctx, order.PendingClaim{Limit: n, Backoff: time.Minute, MaxBackoff: time.Hour}); err != nil || len(again) != 0 {
-		t.Errorf("ClaimPending() after the passes = %d invoices, %v, want none", len(again), err)
+	var attempts int
+	if err := pool.QueryRow(ctx, `SELECT resume_attempts FROM invoice`).Scan(&attempts); err != nil || attempts != 0 {
+		t.Fatalf("resume_attempts = %d, %v; want 0: no claim, no back-off", attempts, err)
 	}
-}
-
-// TestPendingCompleterOutcomes: what one resume does to the invoice, by the
-// gateway's answer. An outage ends the pass before the next invoice.
-func TestPendingCompleterOutcomes(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name       string
-		answer     error
-		declined   bool
-		wantStatus order.InvoiceStatus
-		wantCalls  int // of the two invoices
-	}{
-		{"charged", nil, false, order.StatusCharged, 2},
-		{"declined", nil, true, order.StatusDeclined, 2},
-		{"4xx rejected", refused(order.RefusalRejected, 400), false, order.StatusRejected, 2},
-		{"422 held", refused(order.RefusalKeyReused, 422), false, order.StatusHeld, 2},
-		{"transient stays pending", &order.TransientError{Op: "charge", Err: errors.New("503")}, false, order.StatusPending, 2},
-		{"outage stops the pass", &order.OutageError{Dependency: "gateway", Err: errors.New("401")}, false, order.StatusPending, 1},
+	if _, err := pool.Exec(ctx, `UPDATE invoice SET attempt_until = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := testCtx(t)
-			e := newBillingEnv(t)
-			e.gw.answer = func(int, order.ChargeRequest) (order.ChargeResult, error) {
-				if tt.answer != nil {
-					return order.ChargeResult{}, tt.answer
-				}
-				if tt.declined {
-					return order.ChargeResult{Status: order.ChargeDeclined}, nil
-				}
-				return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: "ch-1"}, nil
-			}
-			for _, id := range []string{"ord-1", "ord-2"} {
-				if _, err := e.store.Reserve(ctx, pendingInvoice(id, newEventID(t)), group, ended); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := e.age(ctx); err != nil {
-				t.Fatal(err)
-			}
-			c := order.NewPendingCompleter(e.store, e.svc, order.CompleterOptions{ResumeAfter: time.Minute})
-			res, err := c.RunOnce(ctx)
-			if err != nil || res.Claimed != 2 {
-				t.Fatalf("RunOnce() = %+v, %v, want 2 claimed", res, err)
-			}
-			if got := len(e.gw.keys()); got != tt.wantCalls {
-				t.Errorf("gateway calls = %d, want %d", got, tt.wantCalls)
-			}
-			if inv := e.invoice(ctx, t, "ord-1"); inv.Status != tt.wantStatus {
-				t.Errorf("invoice = %+v, want %s", inv, tt.wantStatus)
-			}
-			st, err := e.store.PendingStats(ctx)
-			wantPending, wantHeld := 0, 0
-			switch tt.wantStatus {
-			case order.StatusPending:
-				wantPending = 2
-			case order.StatusHeld:
-				wantHeld = 2
-			}
-			if err != nil || st.Count != wantPending || st.Held != wantHeld || (wantPending > 0 && st.Oldest < 59*time.Minute) {
-				t.Errorf("PendingStats() = %+v, %v, want %d pending, the oldest about an hour, %d held", st, err, wantPending, wantHeld)
-			}
-			if tt.wantStatus == order.StatusHeld && res.Held != 2 {
-				t.Errorf("RunOnce() = %+v, want both held", res)
-			}
-		})
+	if invs, err := store.ClaimPending(ctx, claim); err != nil || len(invs) != 1 {
+		t.Errorf("ClaimPending() after the attempt ended = %d invoices, %v; want it", len(invs), err)
 	}
 }

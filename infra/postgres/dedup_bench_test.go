@@ -168,14 +168,14 @@ func BenchmarkExpireDay(b *testing.B) {
 					b.Fatal(err)
 				}
 				_, _ = pool.Exec(ctx, "CHECKPOINT")
-				m, err := postgres.NewDedupMaintainer(pool, postgres.DedupOptions{Retention: 7 * 24 * time.Hour, PassTimeout: 10 * time.Minute})
+				m, err := postgres.NewDedupMaintenance(pool, postgres.DedupOptions{Retention: 7 * 24 * time.Hour, PassTimeout: 10 * time.Minute})
 				if err != nil {
 					b.Fatal(err)
 				}
 				lsn0 := walLSN(ctx, b, pool)
 
 				b.StartTimer()
-				res, err := m.RunOnce(ctx)
+				res, err := m.Pass(ctx)
 				b.StopTimer()
 
 				if err != nil {

@@ -18,7 +18,8 @@ import (
 
 // processed_event is partitioned by RANGE (event_id), one partition per UTC
 // day (migrations/0002_partition_processed_event.sql explains why). These
-// names and bounds are shared with that migration.
+// names and bounds are shared with that migration, and the names with the
+// maintainer's statements (queries/dedup_*.sql).
 const (
 	dedupTable       = "processed_event"
 	defaultPartition = "processed_event_default"
@@ -100,9 +101,7 @@ var boundRE = regexp.MustCompile(`^FOR VALUES FROM \('([0-9a-fA-F-]{36})'\) TO \
 
 // listPartitions returns processed_event's partitions ordered by name.
 func listPartitions(ctx context.Context, q querier) ([]partition, error) {
-	rows, _ := q.Query(ctx, `SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
-		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = $1::regclass ORDER BY c.relname`, dedupTable)
+	rows, _ := q.Query(ctx, stmts.dedupPartitions)
 	parts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (partition, error) {
 		var name, bound string
 		if err := row.Scan(&name, &bound); err != nil {
@@ -169,13 +168,12 @@ func (s session) begin(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1, true), set_config('lock_timeout', $2, true)",
-		pgMillis(left), pgMillis(min(left, s.lockTimeout))); err != nil {
+	if _, err := tx.Exec(ctx, stmts.dedupLimits, pgMillis(left), pgMillis(min(left, s.lockTimeout))); err != nil {
 		rollback(ctx, tx)
 		return nil, fmt.Errorf("set timeouts: %w", err)
 	}
 	var locked bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", dedupLockKey).Scan(&locked); err != nil {
+	if err := tx.QueryRow(ctx, stmts.dedupTryLock, dedupLockKey).Scan(&locked); err != nil {
 		rollback(ctx, tx)
 		return nil, fmt.Errorf("lock: %w", err)
 	}
@@ -222,30 +220,29 @@ func createPartition(ctx context.Context, s session, p partition) (moved int64, 
 		return 0, false, nil
 	}
 	hasDefault := slices.ContainsFunc(parts, func(q partition) bool { return q.isDefault })
-	name := pgx.Identifier{p.name}.Sanitize()
-	lo, hi := pgtype.UUID{Bytes: p.lo, Valid: true}, pgtype.UUID{Bytes: p.hi, Valid: true}
+	named := map[string]string{"partition": p.name}
+	create, err1 := stmts.dedupCreatePartition.Expand(named)
+	move, err2 := stmts.dedupMoveRows.Expand(named)
+	attach, err3 := stmts.dedupAttachPartition.Expand(map[string]string{"partition": p.name, "lo": p.lo.String(), "hi": p.hi.String()})
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return 0, false, err
+	}
 	if hasDefault {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+defaultPartition+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		if _, err := tx.Exec(ctx, stmts.dedupLockDefault); err != nil {
 			return 0, false, fmt.Errorf("lock %s: %w", defaultPartition, err)
 		}
 	}
-	if _, err := tx.Exec(ctx, "CREATE TABLE "+name+" (LIKE "+dedupTable+" INCLUDING DEFAULTS)"); err != nil {
+	if _, err := tx.Exec(ctx, create); err != nil {
 		return 0, false, fmt.Errorf("create %s: %w", p.name, err)
 	}
 	if hasDefault {
-		tag, err := tx.Exec(ctx, `WITH moved AS (
-				DELETE FROM `+defaultPartition+` WHERE event_id >= $1 AND event_id < $2
-				RETURNING event_id, consumer_group, processed_at, order_id)
-			INSERT INTO `+name+` (event_id, consumer_group, processed_at, order_id)
-			SELECT event_id, consumer_group, processed_at, order_id FROM moved`, lo, hi)
+		tag, err := tx.Exec(ctx, move, pgtype.UUID{Bytes: p.lo, Valid: true}, pgtype.UUID{Bytes: p.hi, Valid: true})
 		if err != nil {
 			return 0, false, fmt.Errorf("move rows of %s out of %s: %w", p.name, defaultPartition, err)
 		}
 		moved = tag.RowsAffected()
 	}
-	// Bounds as literals: DDL takes no parameters. They are uuids we made.
-	if _, err := tx.Exec(ctx, fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')",
-		dedupTable, name, p.lo, p.hi)); err != nil {
+	if _, err := tx.Exec(ctx, attach); err != nil {
 		return 0, false, fmt.Errorf("attach %s: %w", p.name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -255,7 +252,7 @@ func createPartition(ctx context.Context, s session, p partition) (moved int64, 
 }
 
 // dropPartition drops p unless one of its rows was processed at or after
-// cutoff (an old event replayed recently: CONTRACT.md §7 keeps every row
+// cutoff (an old event replayed recently: docs/interface.md §7 keeps every row
 // for the retention from when it was written), and returns how many rows it
 // dropped. It locks p first, so the count is exact and no row can arrive
 // between the check and the drop; DROP then takes ACCESS EXCLUSIVE on
@@ -266,28 +263,34 @@ func dropPartition(ctx context.Context, s session, p partition, cutoff time.Time
 		return false, 0, err
 	}
 	defer rollback(ctx, tx) // a no-op once committed
-	name := pgx.Identifier{p.name}.Sanitize()
+	named := map[string]string{"partition": p.name}
+	lock, err1 := stmts.dedupLockPartition.Expand(named)
+	count, err2 := stmts.dedupCountPartition.Expand(named)
+	drop, err3 := stmts.dedupDropPartition.Expand(named)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return false, 0, err
+	}
 	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&exists); err != nil {
+	if err := tx.QueryRow(ctx, stmts.dedupPartitionExists, pgx.Identifier{p.name}.Sanitize()).Scan(&exists); err != nil {
 		return false, 0, fmt.Errorf("look up %s: %w", p.name, err)
 	}
 	if !exists {
 		return false, 0, errPartitionGone
 	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+name+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+	if _, err := tx.Exec(ctx, lock); err != nil {
 		return false, 0, fmt.Errorf("lock %s: %w", p.name, err)
 	}
 	var (
 		rows   int64
 		newest pgtype.Timestamptz
 	)
-	if err := tx.QueryRow(ctx, "SELECT count(*), max(processed_at) FROM "+name).Scan(&rows, &newest); err != nil {
+	if err := tx.QueryRow(ctx, count).Scan(&rows, &newest); err != nil {
 		return false, 0, fmt.Errorf("count %s: %w", p.name, err)
 	}
 	if newest.Valid && !newest.Time.Before(cutoff) {
 		return false, 0, nil
 	}
-	if _, err := tx.Exec(ctx, "DROP TABLE "+name); err != nil {
+	if _, err := tx.Exec(ctx, drop); err != nil {
 		return false, 0, fmt.Errorf("drop %s: %w", p.name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -308,10 +311,7 @@ func deleteExpiredBatch(ctx context.Context, s session, cutoff time.Time, batch 
 		return 0, err
 	}
 	defer rollback(ctx, tx) // a no-op once committed
-	tag, err := tx.Exec(ctx, `DELETE FROM `+defaultPartition+`
-		WHERE ctid = ANY (ARRAY(
-			SELECT ctid FROM `+defaultPartition+` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2))
-		AND processed_at < $1`, cutoff, batch)
+	tag, err := tx.Exec(ctx, stmts.dedupDeleteExpired, cutoff, batch)
 	if err != nil {
 		return 0, fmt.Errorf("delete expired rows of %s: %w", defaultPartition, err)
 	}

@@ -4,17 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/acme/billing/core/order"
 )
 
 // TxAttempts is how many times in all retry runs a transaction that meets
-// conflicts: the retry policy's in-place limit.
-var TxAttempts = order.NewRetryPolicy().InPlaceAttempts
+// conflicts (txRuns).
+const TxAttempts = txRuns
 
-// Retry runs attempt under the in-place retry policy of Reserve and Settle
+// Retry runs attempt under the conflict retries of Reserve and Settle
 // and translates the result as they do, so the external tests can drive it
 // with failures Reserve and Settle cannot be made to meet on demand.
 func (s *Store) Retry(ctx context.Context, attempt func(ctx context.Context) error) error {
@@ -22,9 +21,9 @@ func (s *Store) Retry(ctx context.Context, attempt func(ctx context.Context) err
 }
 
 // The preludes of the grouped pipelines, for the external tests.
-const (
-	SQLReservePrelude = sqlReservePrelude
-	SQLSettlePrelude  = sqlSettlePrelude
+var (
+	SQLReservePrelude = stmts.reservePrelude
+	SQLSettlePrelude  = stmts.settlePrelude
 )
 
 // QueuedReserves and QueuedSettles count the requests waiting in the
@@ -43,9 +42,20 @@ func (g *grouper[Req, Res]) queued() int {
 
 // MigrateFS and PendingFS are Migrate and Pending over the migration set
 // fsys instead of the embedded one, for tests of the migrator itself.
-func MigrateFS(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) error {
-	return migrate(ctx, pool, fsys)
+func MigrateFS(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, opts ...MigrateOption) error {
+	return newMigrator(opts).migrate(ctx, pool, fsys)
 }
+
+// WithLockRetry sets the pauses between two tries of a migration that did
+// not get its locks, and how often a waiting statement is looked at, so
+// that a test need not wait out the service's.
+func WithLockRetry(pause, watch time.Duration) MigrateOption {
+	return func(m *migrator) { m.retryMin, m.retryMax, m.watchEvery = pause, pause, watch }
+}
+
+// SplitStatements is the statements of a no-transaction migration file,
+// as the migrator runs them one by one.
+func SplitStatements(sql string) ([]string, error) { return splitStatements(sql) }
 
 // PendingFS: see MigrateFS.
 func PendingFS(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) ([]string, error) {
@@ -68,3 +78,7 @@ func (s *Store) ProcessedCount(ctx context.Context, group string) (int, error) {
 	}
 	return n, nil
 }
+
+// SwitchLockKey is the advisory lock key the consumption switch's
+// decisions take.
+const SwitchLockKey = switchLockKey

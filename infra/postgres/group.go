@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acme/billing/core/order"
 )
 
 // batchSender sends a batch: the pool (a connection of its own) or one
@@ -58,7 +60,17 @@ type grouper[Req, Res any] struct {
 	mu      sync.Mutex
 	queue   []*waiter[Req, Res]
 	running int
+	// closed: close was called; no runner starts any more.
+	closed bool
+	// runners are the goroutines running groups: each outlives the call
+	// that started it (it sends the groups of whoever queued meanwhile),
+	// so the grouper owns them, and close waits for them.
+	runners sync.WaitGroup
 }
+
+// errClosed: a request made after the store was closed, an outage of
+// Postgres for its caller.
+var errClosed = errors.New("store closed")
 
 type waiter[Req, Res any] struct {
 	ctx  context.Context
@@ -81,14 +93,23 @@ type result[Res any] struct {
 func (g *grouper[Req, Res]) do(ctx context.Context, req Req) (Res, bool, error) {
 	w := &waiter[Req, Res]{ctx: ctx, req: req, done: make(chan result[Res], 1)}
 	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		var zero Res
+		return zero, false, &order.OutageError{Dependency: dependency, Err: errClosed}
+	}
 	g.queue = append(g.queue, w)
 	start := g.running < g.limit
 	if start {
 		g.running++
+		g.runners.Add(1) // under mu: close's Wait sees every runner started before it
 	}
 	g.mu.Unlock()
 	if start {
-		go g.loop()
+		go func() {
+			defer g.runners.Done()
+			g.loop()
+		}()
 	}
 	select {
 	case r := <-w.done:
@@ -97,6 +118,16 @@ func (g *grouper[Req, Res]) do(ctx context.Context, req Req) (Res, bool, error) 
 		var zero Res
 		return zero, false, ctx.Err()
 	}
+}
+
+// close makes every later request fail with errClosed and waits for the
+// runners, which end once the queue is empty: its callers get their
+// answers, or have left.
+func (g *grouper[Req, Res]) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.runners.Wait()
 }
 
 // loop runs groups until the queue is empty: it gets a connection for the

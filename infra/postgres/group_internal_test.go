@@ -2,21 +2,30 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/acme/billing/internal/testkit/poll"
+	"github.com/acme/billing/core/order"
 )
 
 // A panic while a group is sent ends no process: every caller of the group
 // is told to send its request alone, in its own goroutine, even the caller
 // of a group of one.
+//
+// The grouper's tests here run in synctest bubbles: synctest.Wait returns
+// once every caller and runner is blocked, so the queue is checked exactly
+// when it has settled, with no wall-clock wait.
 func TestGroupPanicSendsEachAlone(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testGroupPanicSendsEachAlone)
+}
+
+func testGroupPanicSendsEachAlone(t *testing.T) {
 	started, gate := make(chan struct{}), make(chan struct{})
 	var sent atomic.Int32
 	g := &grouper[int, int]{limit: 1, max: 8,
@@ -31,6 +40,10 @@ func TestGroupPanicSendsEachAlone(t *testing.T) {
 		},
 	}
 	var wg sync.WaitGroup
+	// On a failed check too: a runner left at the gate would end the
+	// bubble, and the test binary, in a deadlock panic.
+	release := sync.OnceFunc(func() { close(gate) })
+	defer func() { release(); wg.Wait() }()
 	alone := make([]bool, 3)
 	errs := make([]error, 3)
 	for i := range 3 {
@@ -39,8 +52,11 @@ func TestGroupPanicSendsEachAlone(t *testing.T) {
 			<-started
 		}
 	}
-	poll.Until(t, "two requests queued", 10*time.Second, func() bool { return g.queued() == 2 })
-	close(gate)
+	synctest.Wait() // every caller waits for its answer, the runner at the gate
+	if n := g.queued(); n != 2 {
+		t.Fatalf("%d requests queued behind the group of one, want 2", n)
+	}
+	release()
 	wg.Wait()
 	for i := range 3 {
 		if !alone[i] || errs[i] != nil {
@@ -57,6 +73,10 @@ func TestGroupPanicSendsEachAlone(t *testing.T) {
 // must reach the database in the order the consumer sent them.
 func TestGroupKeysNeverShareAGroup(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testGroupKeysNeverShareAGroup)
+}
+
+func testGroupKeysNeverShareAGroup(t *testing.T) {
 	started, gate := make(chan struct{}), make(chan struct{})
 	var (
 		mu     sync.Mutex
@@ -78,6 +98,8 @@ func TestGroupKeysNeverShareAGroup(t *testing.T) {
 		},
 	}
 	var wg sync.WaitGroup
+	release := sync.OnceFunc(func() { close(gate) }) // as above
+	defer func() { release(); wg.Wait() }()
 	for i, r := range []string{"x0", "a1", "b1", "a2", "c1", "a3"} {
 		wg.Go(func() {
 			if got, alone, err := g.do(context.Background(), r); got != r || alone || err != nil {
@@ -88,9 +110,12 @@ func TestGroupKeysNeverShareAGroup(t *testing.T) {
 			<-started
 		}
 		// One at a time, so that the queue holds them in this order.
-		poll.Until(t, "request queued", 10*time.Second, func() bool { return g.queued() == i })
+		synctest.Wait()
+		if n := g.queued(); n != i {
+			t.Fatalf("after request %q: %d queued, want %d", r, n, i)
+		}
 	}
-	close(gate)
+	release()
 	wg.Wait()
 	want := [][]string{{"x0"}, {"a1", "b1", "c1"}, {"a2"}, {"a3"}}
 	if len(groups) != len(want) {
@@ -105,5 +130,49 @@ func TestGroupKeysNeverShareAGroup(t *testing.T) {
 				t.Fatalf("groups %v, want %v", groups, want)
 			}
 		}
+	}
+}
+
+// close waits for the runner of a group whose caller has left (the runner
+// outlives the call that started it), and a request after close fails as
+// a Postgres outage without starting one.
+func TestGroupCloseWaitsForRunners(t *testing.T) {
+	t.Parallel()
+	started, gate := make(chan struct{}), make(chan struct{})
+	var (
+		sent     atomic.Int32
+		finished atomic.Bool
+	)
+	g := &grouper[int, int]{limit: 1, max: 8,
+		key:     func(int) []string { return nil },
+		acquire: func(context.Context) (*pgxpool.Conn, error) { return nil, nil },
+		run: func(_ context.Context, _ batchSender, reqs []int) ([]int, error) {
+			sent.Add(1)
+			close(started)
+			<-gate
+			finished.Store(true)
+			return reqs, nil
+		},
+	}
+	ctx, leave := context.WithCancel(t.Context())
+	left := make(chan error, 1)
+	go func() { _, _, err := g.do(ctx, 1); left <- err }()
+	<-started
+	leave()
+	if err := <-left; err == nil {
+		t.Fatal("do() after its caller left = nil error, want the caller's")
+	}
+	closed := make(chan struct{})
+	go func() { g.close(); close(closed) }()
+	close(gate)
+	<-closed
+	if !finished.Load() {
+		t.Error("close returned while the runner still sent its group")
+	}
+	if _, _, err := g.do(t.Context(), 2); !errors.As(err, new(*order.OutageError)) || !errors.Is(err, errClosed) {
+		t.Errorf("do() after close = %v, want a Postgres outage, errClosed", err)
+	}
+	if n := sent.Load(); n != 1 {
+		t.Errorf("%d groups sent, want 1: none after close", n)
 	}
 }

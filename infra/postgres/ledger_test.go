@@ -27,6 +27,26 @@ func TestLedgerContract(t *testing.T) {
 	})
 }
 
+// TestOutboxContract runs order.Outbox's contract (ledgertest) on a store
+// that publishes, one database per scenario.
+func TestOutboxContract(t *testing.T) {
+	t.Parallel()
+	ledgertest.RunOutbox(t, func(t *testing.T) ledgertest.Store {
+		pool, _ := pgtest.NewDB(t)
+		return postgres.NewStore(pool, postgres.WithEvents(true))
+	})
+}
+
+// TestPendingContract runs order.PendingLedger's contract (ledgertest) on
+// a store that publishes, one database per scenario.
+func TestPendingContract(t *testing.T) {
+	t.Parallel()
+	ledgertest.RunPending(t, func(t *testing.T) ledgertest.Store {
+		pool, _ := pgtest.NewDB(t)
+		return postgres.NewStore(pool, postgres.WithEvents(true))
+	})
+}
+
 // TestReserveIsAtomic: when a later statement of the pipeline fails, the
 // dedup row of the earlier one is not committed either — a redelivery must
 // find the event new, not a duplicate of something never billed.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/service/completer"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/pgcluster"
 	"github.com/acme/billing/internal/testkit/pgtest"
@@ -101,7 +102,7 @@ func TestLostSettleIsRedoneFromTheGatewayReplay(t *testing.T) {
 	}
 	// (b) Nothing comes back for ord-b: the completer finds it, once that
 	// attempt has ended.
-	c := order.NewPendingCompleter(ledger.Store, svc, order.CompleterOptions{ResumeAfter: time.Nanosecond, PassTimeout: time.Second})
+	c := completer.New(ledger.Store, svc, completer.Options{ResumeAfter: time.Nanosecond, PassTimeout: time.Second})
 	charged := completeAll(ctx, t, ledger.Store, c, 1)
 	if charged != 1 {
 		t.Errorf("completer charged %d, want ord-b", charged)
@@ -181,9 +182,9 @@ func TestLostSettleOfEveryOutcome(t *testing.T) {
 					t.Fatalf("invoice after the lost settle = %s, want pending", inv.Status)
 				}
 				if byCompleter {
-					c := order.NewPendingCompleter(ledger.Store, svc, order.CompleterOptions{ResumeAfter: time.Nanosecond, PassTimeout: time.Second})
+					c := completer.New(ledger.Store, svc, completer.Options{ResumeAfter: time.Nanosecond, PassTimeout: time.Second})
 					poll.Until(t, "the completer to settle the invoice again", 20*time.Second, func() bool {
-						if _, err := c.RunOnce(ctx); err != nil {
+						if _, err := c.Pass(ctx); err != nil {
 							t.Fatal(err)
 						}
 						return invoiceOf(ctx, t, ledger.Store, "ord-1").Status != order.StatusPending
@@ -217,13 +218,13 @@ var shortAttempts = order.AttemptTerms{Life: time.Second, HoldAfter: 12 * time.H
 // many pending invoices there are to begin with. An invoice whose attempt
 // is still alive is skipped by a pass and claimed again after its back-off
 // (the completer's PassTimeout, which the callers keep short).
-func completeAll(ctx context.Context, t *testing.T, store *postgres.Store, c *order.PendingCompleter, want int) int {
+func completeAll(ctx context.Context, t *testing.T, store *postgres.Store, c *completer.Completer, want int) int {
 	t.Helper()
 	charged := 0
 	poll.Until(t, "the completer done with every pending invoice", 30*time.Second, func() bool {
-		res, err := c.RunOnce(ctx)
+		res, err := c.Pass(ctx)
 		if err != nil || res.Failed != 0 || res.Stopped != nil {
-			t.Fatalf("completer RunOnce() = %+v, %v, want no failure", res, err)
+			t.Fatalf("completer Pass() = %+v, %v, want no failure", res, err)
 		}
 		charged += res.Outcomes[order.OutcomeCharged]
 		st, err := store.PendingStats(ctx)
@@ -321,7 +322,7 @@ func TestSettlesSurviveAPostgresCrash(t *testing.T) {
 			t.Errorf("Bill(%s) again = %s, %v, want charged (resumed) or duplicate", evt.OrderID, out, err)
 		}
 	}
-	c := order.NewPendingCompleter(store, svc, order.CompleterOptions{ResumeAfter: time.Nanosecond, BatchSize: n, PassTimeout: time.Second})
+	c := completer.New(store, svc, completer.Options{ResumeAfter: time.Nanosecond, BatchSize: n, PassTimeout: time.Second})
 	completeAll(ctx, t, store, c, -1)
 
 	charges := map[string][]gatewaystub.Charge{}

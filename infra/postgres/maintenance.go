@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/acme/billing/core/startstop"
 	"github.com/acme/billing/internal/metrics"
 )
 
@@ -22,7 +20,6 @@ const dedupLockKey int64 = 0x62696c6c_64656470
 // Defaults of DedupOptions.
 const (
 	DefaultDedupAhead       = 3
-	DefaultDedupInterval    = time.Hour
 	DefaultDedupPassTimeout = time.Minute
 	DefaultDedupBatchSize   = 10_000
 	DefaultDedupLockTimeout = 5 * time.Second
@@ -32,7 +29,7 @@ const (
 // end a pass's statement before cutting the connection.
 const passGrace = 5 * time.Second
 
-// DedupOptions configures a DedupMaintainer. Only Retention is required.
+// DedupOptions configures a DedupMaintenance. Only Retention is required.
 type DedupOptions struct {
 	// Retention is BILLING_DEDUP_RETENTION: a row is removed only once its
 	// processed_at is older than this; a day partition goes only when, in
@@ -41,8 +38,6 @@ type DedupOptions struct {
 	// Ahead is how many UTC days after today get a partition before they
 	// start (DefaultDedupAhead when 0). Yesterday and today always get one.
 	Ahead int
-	// Interval is the pause between passes (DefaultDedupInterval when 0).
-	Interval time.Duration
 	// PassTimeout bounds one pass (DefaultDedupPassTimeout when 0).
 	PassTimeout time.Duration
 	// BatchSize is how many DEFAULT-partition rows one DELETE removes
@@ -57,10 +52,7 @@ type DedupOptions struct {
 	// Metrics receives billing_dedup_partitions,
 	// billing_dedup_rows_deleted_total and the maintenance run metrics; nil
 	// records none.
-	Metrics *metrics.Metrics
-	// Logger receives a line per pass that changed something and per failed
-	// pass; nil discards them.
-	Logger *slog.Logger
+	Metrics *metrics.Maintenance
 }
 
 // DedupResult is what one pass did.
@@ -85,38 +77,33 @@ type DedupResult struct {
 	Partitions int
 }
 
-// DedupMaintainer keeps processed_event's retention (CONTRACT.md §2, §7):
+// DedupMaintenance keeps processed_event's retention (docs/interface.md §2, §7):
 // each pass creates the day partitions from yesterday to Ahead days on,
 // drops the day partitions whose every event is older than the retention,
 // and deletes expired rows of the DEFAULT partition in batches. One process
 // at a time works (a transaction-scoped Postgres advisory lock in each
 // step's transaction, so it holds behind a pooler in transaction mode); a
 // pass that finds another at work skips the rest of its own.
-// Start runs passes in the background; RunOnce runs one.
+// Pass runs one; internal/service/maintainer runs passes in the background.
 //
 // A dedup row older than the retention may be gone: a replay beyond it is
 // caught by the invoice guard and counted as duplicate_order (docs/design.md, "Three lines of defence").
-type DedupMaintainer struct {
+type DedupMaintenance struct {
 	pool *pgxpool.Pool
 	opts DedupOptions
-	log  *slog.Logger
-	run  startstop.Base
 }
 
-// NewDedupMaintainer returns a maintainer of processed_event using pool; it
-// does nothing until Start or RunOnce.
-func NewDedupMaintainer(pool *pgxpool.Pool, opts DedupOptions) (*DedupMaintainer, error) {
+// NewDedupMaintenance returns the maintenance of processed_event using pool;
+// it does nothing until Pass.
+func NewDedupMaintenance(pool *pgxpool.Pool, opts DedupOptions) (*DedupMaintenance, error) {
 	if opts.Retention <= 0 {
 		return nil, fmt.Errorf("dedup maintenance: retention %v, want > 0", opts.Retention)
 	}
-	if opts.Ahead < 0 || opts.Interval < 0 || opts.PassTimeout < 0 || opts.BatchSize < 0 || opts.LockTimeout < 0 {
+	if opts.Ahead < 0 || opts.PassTimeout < 0 || opts.BatchSize < 0 || opts.LockTimeout < 0 {
 		return nil, errors.New("dedup maintenance: negative option")
 	}
 	if opts.Ahead == 0 {
 		opts.Ahead = DefaultDedupAhead
-	}
-	if opts.Interval == 0 {
-		opts.Interval = DefaultDedupInterval
 	}
 	if opts.PassTimeout == 0 {
 		opts.PassTimeout = DefaultDedupPassTimeout
@@ -130,79 +117,27 @@ func NewDedupMaintainer(pool *pgxpool.Pool, opts DedupOptions) (*DedupMaintainer
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &DedupMaintainer{pool: pool, opts: opts, log: log.With(slog.String("component", "dedup_maintenance"))}, nil
+	return &DedupMaintenance{pool: pool, opts: opts}, nil
 }
 
-// Start runs a pass now and then one every Interval, in a goroutine, until
-// ctx ends or Stop is called. It fails (startstop.ErrRunning) if the
-// maintainer is running.
-func (m *DedupMaintainer) Start(ctx context.Context) error { return m.run.Start(ctx, m.loop) }
-
-// Stop ends the background passes, cancelling one in progress, and waits
-// for the goroutine to return. It does nothing when not started; the
-// maintainer may be started again afterwards.
-func (m *DedupMaintainer) Stop() { m.run.Stop() }
-
-func (m *DedupMaintainer) loop(ctx context.Context) {
-	t := time.NewTicker(m.opts.Interval)
-	defer t.Stop()
-	for {
-		m.runLogged(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// runLogged runs a pass and logs its outcome: the error is handled here.
-func (m *DedupMaintainer) runLogged(ctx context.Context) {
-	start := time.Now()
-	res, err := m.RunOnce(ctx)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		// Stopped mid-pass: not a failure.
-	case err != nil:
-		m.log.Error("dedup maintenance pass failed", slog.String("error", err.Error()),
-			slog.Any("created", res.Created), slog.Any("dropped", res.Dropped), slog.Int64("rows_deleted", res.RowsDeleted))
-	case res.Skipped:
-		m.log.Debug("dedup maintenance pass skipped: another process holds the lock")
-	default:
-		level := slog.LevelDebug
-		if len(res.Created)+len(res.Dropped)+len(res.Kept) > 0 || res.RowsDeleted > 0 {
-			level = slog.LevelInfo
-		}
-		m.log.Log(ctx, level, "dedup maintenance pass",
-			slog.Any("created", res.Created), slog.Int64("moved", res.Moved),
-			slog.Any("dropped", res.Dropped), slog.Int64("rows_dropped", res.RowsDropped),
-			slog.Any("kept", res.Kept), slog.Int64("rows_deleted", res.RowsDeleted),
-			slog.Int("partitions", res.Partitions), slog.Duration("took", time.Since(start)))
-	}
-}
-
-// RunOnce runs one pass within PassTimeout and records it in the metrics
+// Pass runs one pass within PassTimeout and records it in the metrics
 // (runs by result, last success, partitions, rows deleted). It returns
 // Skipped without error when another process holds the maintenance lock.
 // After an error the result still tells what was done before it.
-func (m *DedupMaintainer) RunOnce(ctx context.Context) (DedupResult, error) {
+func (m *DedupMaintenance) Pass(ctx context.Context) (DedupResult, error) {
 	res, err := m.pass(ctx)
-	if mt := m.opts.Metrics; mt != nil {
-		switch {
-		case err != nil:
-			if ctx.Err() == nil {
-				mt.MaintenanceRuns.WithLabelValues("error").Inc()
-			}
-		case res.Skipped:
-			mt.MaintenanceRuns.WithLabelValues("skipped").Inc()
-		default:
-			mt.MaintenanceRuns.WithLabelValues("ok").Inc()
-			mt.MaintenanceLast.Set(float64(m.opts.Now().UnixMilli()) / 1e3)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			m.opts.Metrics.Failed()
 		}
+	case res.Skipped:
+		// Another process does this pass's work: this one completed its
+		// part (billing_dedup_maintenance_last_success_timestamp_seconds
+		// says when the work itself was last done).
+		m.opts.Metrics.Skipped()
+	default:
+		m.opts.Metrics.Done(m.opts.Now())
 	}
 	if err != nil {
 		return res, fmt.Errorf("dedup maintenance: %w", translate(ctx, err))
@@ -215,7 +150,7 @@ func (m *DedupMaintainer) RunOnce(ctx context.Context) (DedupResult, error) {
 // that finds another process at work ends the pass as skipped; one that
 // runs out of time ends it with what was done so far. Then it counts the
 // partitions.
-func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
+func (m *DedupMaintenance) pass(ctx context.Context) (DedupResult, error) {
 	// The server enforces PassTimeout (see session); the client waits a
 	// little longer for it, and cuts the connection only if the server
 	// does not answer.
@@ -236,10 +171,14 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 	// another works skips before it reads the catalog, where it could queue
 	// behind the other's pending table locks.
 	var free bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", dedupLockKey).Scan(&free); err != nil {
+	if err := conn.QueryRow(ctx, stmts.dedupTryLock, dedupLockKey).Scan(&free); err != nil {
 		return DedupResult{}, fmt.Errorf("lock: %w", err)
 	}
 	if !free {
+		// Skipped before anything else, the partition count included:
+		// reading the catalog could queue behind the working pod's
+		// pending table locks. Its billing_dedup_partitions is as it
+		// was; the working pod's is fresh (the dashboard takes the max).
 		return DedupResult{Skipped: true}, nil
 	}
 	now := m.opts.Now()
@@ -272,9 +211,7 @@ func (m *DedupMaintainer) pass(ctx context.Context) (DedupResult, error) {
 				p.res.Partitions++
 			}
 		}
-		if m.opts.Metrics != nil {
-			m.opts.Metrics.DedupPartitions.Set(float64(p.res.Partitions))
-		}
+		m.opts.Metrics.Partitions(p.res.Partitions)
 	}
 	return p.res, p.err()
 }
@@ -314,7 +251,7 @@ func (p *dedupPass) err() error { return passErr(p.sess.deadline, p.errs) }
 
 // createAhead creates the day partitions from yesterday to Ahead days
 // after today that are missing, moving their rows out of DEFAULT.
-func (m *DedupMaintainer) createAhead(ctx context.Context, p *dedupPass) jobEnd {
+func (m *DedupMaintenance) createAhead(ctx context.Context, p *dedupPass) jobEnd {
 	today := utcDay(p.now)
 	for d := today.AddDate(0, 0, -1); !d.After(today.AddDate(0, 0, m.opts.Ahead)); d = d.AddDate(0, 0, 1) {
 		part := dayPartition(d)
@@ -347,7 +284,7 @@ func (m *DedupMaintainer) createAhead(ctx context.Context, p *dedupPass) jobEnd 
 // every id in it is then older than the retention. The partition holding
 // the cutoff itself is never dropped, nor one holding a row processed
 // within the retention (Kept).
-func (m *DedupMaintainer) dropExpired(ctx context.Context, p *dedupPass) jobEnd {
+func (m *DedupMaintenance) dropExpired(ctx context.Context, p *dedupPass) jobEnd {
 	for _, part := range p.parts {
 		if !part.dayOwned() || uuidV7Time(part.hi).After(p.cutoff) {
 			continue
@@ -379,7 +316,7 @@ func (m *DedupMaintainer) dropExpired(ctx context.Context, p *dedupPass) jobEnd 
 // expireDefault deletes, in batches, the rows of the DEFAULT partition
 // processed before the cutoff: ids outside every day partition expire by
 // processed_at. An error ends this job, not the pass.
-func (m *DedupMaintainer) expireDefault(ctx context.Context, p *dedupPass) jobEnd {
+func (m *DedupMaintenance) expireDefault(ctx context.Context, p *dedupPass) jobEnd {
 	if !slices.ContainsFunc(p.parts, func(q partition) bool { return q.isDefault }) {
 		return jobDone
 	}
@@ -410,8 +347,8 @@ func passErr(deadline time.Time, errs []error) error {
 	return errors.Join(errs...)
 }
 
-func (m *DedupMaintainer) addDeleted(n int64) {
-	if m.opts.Metrics != nil && n > 0 {
-		m.opts.Metrics.DedupRowsDeleted.Add(float64(n))
+func (m *DedupMaintenance) addDeleted(n int64) {
+	if n > 0 {
+		m.opts.Metrics.RowsDeleted(n)
 	}
 }

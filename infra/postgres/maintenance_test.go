@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ledgertest"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/testkit/pgtest"
@@ -49,23 +50,23 @@ func (c *clock) Set(t time.Time) {
 // real today), so a test's partitions are all its maintainer's.
 func future(day int, hour int) time.Time { return time.Date(2031, 3, day, hour, 0, 0, 0, time.UTC) }
 
-func newMaintainer(t *testing.T, pool *pgxpool.Pool, opts postgres.DedupOptions) *postgres.DedupMaintainer {
+func newMaintainer(t *testing.T, pool *pgxpool.Pool, opts postgres.DedupOptions) *postgres.DedupMaintenance {
 	t.Helper()
 	if opts.Retention == 0 {
 		opts.Retention = week
 	}
-	m, err := postgres.NewDedupMaintainer(pool, opts)
+	m, err := postgres.NewDedupMaintenance(pool, opts)
 	if err != nil {
-		t.Fatalf("NewDedupMaintainer() error = %v", err)
+		t.Fatalf("NewDedupMaintenance() error = %v", err)
 	}
 	return m
 }
 
-func runOnce(ctx context.Context, t *testing.T, m *postgres.DedupMaintainer) postgres.DedupResult {
+func runOnce(ctx context.Context, t *testing.T, m *postgres.DedupMaintenance) postgres.DedupResult {
 	t.Helper()
-	res, err := m.RunOnce(ctx)
+	res, err := m.Pass(ctx)
 	if err != nil {
-		t.Fatalf("RunOnce() error = %v (result %+v)", err, res)
+		t.Fatalf("Pass() error = %v (result %+v)", err, res)
 	}
 	return res
 }
@@ -95,7 +96,7 @@ func waitForLockWait(ctx context.Context, t *testing.T, pool *pgxpool.Pool, rela
 	})
 }
 
-func TestNewDedupMaintainerRejectsBadOptions(t *testing.T) {
+func TestNewDedupMaintenanceRejectsBadOptions(t *testing.T) {
 	t.Parallel()
 	for _, opts := range []postgres.DedupOptions{
 		{},
@@ -103,8 +104,8 @@ func TestNewDedupMaintainerRejectsBadOptions(t *testing.T) {
 		{Retention: time.Hour, Ahead: -1},
 		{Retention: time.Hour, BatchSize: -1},
 	} {
-		if _, err := postgres.NewDedupMaintainer(nil, opts); err == nil {
-			t.Errorf("NewDedupMaintainer(%+v) error = nil, want one", opts)
+		if _, err := postgres.NewDedupMaintenance(nil, opts); err == nil {
+			t.Errorf("NewDedupMaintenance(%+v) error = nil, want one", opts)
 		}
 	}
 }
@@ -115,7 +116,7 @@ func TestMaintainerCreatesPartitionsAhead(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	met := metrics.New(prometheus.NewRegistry(), false)
 	clk := newClock(future(10, 12))
-	m := newMaintainer(t, pool, postgres.DedupOptions{Now: clk.Now, Metrics: met})
+	m := newMaintainer(t, pool, postgres.DedupOptions{Now: clk.Now, Metrics: met.Maintenance()})
 	migrated := slices.DeleteFunc(partitionNames(ctx, t, pool), func(n string) bool { return n == "processed_event_default" })
 
 	res := runOnce(ctx, t, m)
@@ -175,7 +176,7 @@ func TestMaintainerDropsExpiredKeepsInside(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	met := metrics.New(prometheus.NewRegistry(), false)
 	clk := newClock(future(10, 12))
-	m := newMaintainer(t, pool, postgres.DedupOptions{Retention: week, Now: clk.Now, Metrics: met})
+	m := newMaintainer(t, pool, postgres.DedupOptions{Retention: week, Now: clk.Now, Metrics: met.Maintenance()})
 	runOnce(ctx, t, m) // 03-09 … 03-13
 
 	old := []uuid.UUID{idAt(t, future(9, 1)), idAt(t, future(9, 23))}
@@ -268,7 +269,7 @@ func TestMaintainerExpiresDefaultInBatches(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	met := metrics.New(prometheus.NewRegistry(), false)
 	now := time.Now().UTC()
-	m := newMaintainer(t, pool, postgres.DedupOptions{Retention: week, BatchSize: 3, Now: func() time.Time { return now }, Metrics: met})
+	m := newMaintainer(t, pool, postgres.DedupOptions{Retention: week, BatchSize: 3, Now: func() time.Time { return now }, Metrics: met.Maintenance()})
 
 	const expired = 10
 	var fresh []uuid.UUID
@@ -370,7 +371,7 @@ func TestReserveDuringAttachRetries(t *testing.T) {
 		insErr [2]error
 		first  [2]bool
 	)
-	wg.Go(func() { res, runErr = m.RunOnce(ctx) })
+	wg.Go(func() { res, runErr = m.Pass(ctx) })
 	waitForLockWait(ctx, t, pool, "processed_event", 1) // moved the row, waits to attach
 	for i, id := range []uuid.UUID{inDefault, newID} {
 		wg.Go(func() {
@@ -385,7 +386,7 @@ func TestReserveDuringAttachRetries(t *testing.T) {
 	}
 	wg.Wait()
 	if runErr != nil || !slices.Equal(res.Created, []string{"processed_event_p20310312"}) || res.Moved != 1 {
-		t.Fatalf("RunOnce() = %+v, %v, want processed_event_p20310312 created with 1 row moved", res, runErr)
+		t.Fatalf("Pass() = %+v, %v, want processed_event_p20310312 created with 1 row moved", res, runErr)
 	}
 	for i, err := range insErr {
 		if err != nil {
@@ -414,7 +415,7 @@ func TestMaintainerSkipsWhileLocked(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	met := metrics.New(prometheus.NewRegistry(), false)
-	m := newMaintainer(t, pool, postgres.DedupOptions{Now: newClock(future(10, 12)).Now, Metrics: met})
+	m := newMaintainer(t, pool, postgres.DedupOptions{Now: newClock(future(10, 12)).Now, Metrics: met.Maintenance()})
 	other, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -423,9 +424,19 @@ func TestMaintainerSkipsWhileLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := partitionNames(ctx, t, pool)
+	met.DedupPartitions.Set(99)
 	res := runOnce(ctx, t, m)
 	if !res.Skipped || len(res.Created) != 0 {
-		t.Errorf("RunOnce() while locked = %+v, want skipped", res)
+		t.Errorf("Pass() while locked = %+v, want skipped", res)
+	}
+	// A skipped pass reads no catalog (it could queue behind the working
+	// pod's table locks): its gauge stays as it was.
+	if got := testutil.ToFloat64(met.DedupPartitions); got != 99 {
+		t.Errorf("partitions gauge %v after a skipped pass, want it untouched", got)
+	}
+	// Another process does the work: this pass completed its part.
+	if got := testutil.ToFloat64(met.BackgroundLastSuccess.WithLabelValues(metrics.ServiceMaintainer)); got == 0 {
+		t.Error("billing_background_last_success_timestamp_seconds{service=maintainer} = 0 after a skipped pass, want its time")
 	}
 	if after := partitionNames(ctx, t, pool); !slices.Equal(after, before) {
 		t.Errorf("partitions changed while skipped: %v, want %v", after, before)
@@ -441,7 +452,7 @@ func TestMaintainerSkipsWhileLocked(t *testing.T) {
 	}
 	other.Release()
 	if res := runOnce(ctx, t, m); res.Skipped || len(res.Created) != 5 {
-		t.Errorf("RunOnce() after unlock = %+v, want 5 partitions created", res)
+		t.Errorf("Pass() after unlock = %+v, want 5 partitions created", res)
 	}
 }
 
@@ -476,7 +487,7 @@ func TestMaintainersAtOnce(t *testing.T) {
 		resA postgres.DedupResult
 		errA error
 	)
-	wg.Go(func() { resA, errA = a.RunOnce(ctx) })
+	wg.Go(func() { resA, errA = a.Pass(ctx) })
 	waitForLockWait(ctx, t, pool, "processed_event_default", 1)
 
 	resB := runOnce(ctx, t, b)
@@ -491,7 +502,7 @@ func TestMaintainersAtOnce(t *testing.T) {
 
 	// Many at once, a day later: each new partition is created exactly once.
 	clk.Set(future(11, 12))
-	ms := []*postgres.DedupMaintainer{a, b,
+	ms := []*postgres.DedupMaintenance{a, b,
 		newMaintainer(t, pool, postgres.DedupOptions{Now: clk.Now}), newMaintainer(t, poolB, postgres.DedupOptions{Now: clk.Now})}
 	var (
 		mu      sync.Mutex
@@ -501,9 +512,9 @@ func TestMaintainersAtOnce(t *testing.T) {
 	for _, m := range ms {
 		wg.Go(func() {
 			<-start
-			res, err := m.RunOnce(ctx)
+			res, err := m.Pass(ctx)
 			if err != nil {
-				t.Errorf("RunOnce() error = %v", err)
+				t.Errorf("Pass() error = %v", err)
 			}
 			mu.Lock()
 			created = append(created, res.Created...)
@@ -525,7 +536,7 @@ func TestMaintainerPassTimeout(t *testing.T) {
 	pool, _ := pgtest.NewDB(t)
 	met := metrics.New(prometheus.NewRegistry(), false)
 	m := newMaintainer(t, pool, postgres.DedupOptions{PassTimeout: 300 * time.Millisecond, LockTimeout: 20 * time.Second,
-		Now: newClock(future(10, 12)).Now, Metrics: met})
+		Now: newClock(future(10, 12)).Now, Metrics: met.Maintenance()})
 	writer, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -538,9 +549,9 @@ func TestMaintainerPassTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res, err := m.RunOnce(ctx)
+	res, err := m.Pass(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || len(res.Created) != 0 {
-		t.Errorf("RunOnce() behind a lock = %+v, %v, want nothing created and context.DeadlineExceeded", res, err)
+		t.Errorf("Pass() behind a lock = %+v, %v, want nothing created and context.DeadlineExceeded", res, err)
 	}
 	if got := testutil.ToFloat64(met.MaintenanceRuns.WithLabelValues("error")); got != 1 {
 		t.Errorf("maintenance runs error = %v, want 1", got)
@@ -551,47 +562,7 @@ func TestMaintainerPassTimeout(t *testing.T) {
 	// the maintenance lock free.
 	next := newMaintainer(t, pool, postgres.DedupOptions{PassTimeout: 30 * time.Second, Now: newClock(future(10, 12)).Now})
 	if res := runOnce(ctx, t, next); res.Skipped || len(res.Created) != 5 {
-		t.Errorf("next RunOnce() = %+v, want the lock free and 5 partitions created", res)
-	}
-}
-
-func TestMaintainerStartStop(t *testing.T) {
-	t.Parallel()
-	ctx := testCtx(t)
-	pool, _ := pgtest.NewDB(t)
-	met := metrics.New(prometheus.NewRegistry(), false)
-	clk := newClock(future(10, 12))
-	m := newMaintainer(t, pool, postgres.DedupOptions{Interval: 5 * time.Millisecond, Now: clk.Now, Metrics: met})
-	okRuns := func() float64 { return testutil.ToFloat64(met.MaintenanceRuns.WithLabelValues("ok")) }
-	waitRuns := func(n float64) {
-		t.Helper()
-		poll.Until(t, fmt.Sprintf("%v ok passes", n), 30*time.Second, func() bool { return okRuns() >= n })
-	}
-
-	m.Stop() // not started: a no-op
-	if err := m.Start(ctx); err != nil {
-		t.Fatalf("Start() error = %v", err)
-	}
-	if err := m.Start(ctx); err == nil {
-		t.Error("second Start() error = nil, want one")
-	}
-	waitRuns(1)
-	clk.Set(future(11, 12)) // the loop picks up the next day
-	poll.Until(t, "the running maintainer to create the next day's partition", 30*time.Second, func() bool {
-		return slices.Contains(partitionNames(ctx, t, pool), "processed_event_p20310314")
-	})
-	m.Stop()
-	stopped := okRuns()
-	if err := m.Start(ctx); err != nil {
-		t.Fatalf("Start() after Stop error = %v", err)
-	}
-	waitRuns(stopped + 1)
-	m.Stop()
-	if got := testutil.ToFloat64(met.MaintenanceRuns.WithLabelValues("error")); got != 0 {
-		t.Errorf("maintenance runs error = %v, want 0", got)
-	}
-	if got, want := testutil.ToFloat64(met.MaintenanceLast), float64(future(11, 12).Unix()); got != want {
-		t.Errorf("last success = %v, want %v", got, want)
+		t.Errorf("next Pass() = %+v, want the lock free and 5 partitions created", res)
 	}
 }
 
@@ -603,7 +574,7 @@ func TestBillingReplayAfterDedupExpiry(t *testing.T) {
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
-	gw := &fakeGateway{}
+	gw := &ledgertest.Gateway{}
 	svc := order.NewBillingService(store, gw, group)
 	evt := event(t, "ord-1")
 
@@ -624,7 +595,7 @@ func TestBillingReplayAfterDedupExpiry(t *testing.T) {
 	if err != nil || got != order.OutcomeDuplicateOrder {
 		t.Errorf("replay after expiry Bill() = %s, %v, want duplicate_order", got, err)
 	}
-	if keys := gw.keys(); len(keys) != 1 {
+	if keys := gw.Keys(); len(keys) != 1 {
 		t.Errorf("gateway calls = %v, want one", keys)
 	}
 }

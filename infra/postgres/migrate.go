@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"math/rand/v2"
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +20,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/infra/postgres/queries"
+	buildinfo "github.com/acme/billing/internal/version"
 	"github.com/acme/billing/migrations"
 )
 
@@ -25,10 +30,26 @@ import (
 // other lock of this database uses would do).
 const migrateLockKey int64 = 0x62696c6c_6d696772
 
-const createSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (
+// schema_migrations lists the migrations applied, each with the release
+// whose migrator applied it (NULL: a release before 1.2.0, which did not
+// say): what the database held before a release's migrations ran is what
+// `billing version` and `billing migrate` judge a rollback by.
+const (
+	createSchemaMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (
     version    text        PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    release    text        NULL
 )`
+	// addSchemaMigrationsRelease gives the table of an older migrator the
+	// column, once.
+	addSchemaMigrationsRelease = `DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'schema_migrations'::regclass AND attname = 'release' AND NOT attisdropped) THEN
+        ALTER TABLE schema_migrations ADD COLUMN release text NULL;
+    END IF;
+END
+$$`
+)
 
 // NoTransactionMarker, as the first line of a migration file, makes Migrate
 // run the file's statements one by one outside a transaction, for the
@@ -81,6 +102,71 @@ func load(fsys fs.FS) ([]migration, error) {
 	return out, nil
 }
 
+// MigrationLockTimeout is the lock_timeout of every migration statement
+// that Postgres lets run inside a transaction (docs/interface.md §10: no
+// migration statement blocks billing's reads or writes for more than 2 s).
+// A statement that waits longer for a lock gives up, releasing its place in
+// the lock queue, and the migrator tries the file again after a pause.
+const MigrationLockTimeout = 2 * time.Second
+
+// Pauses between two tries of a migration that did not get its locks: the
+// first soon (the blocker is usually one of billing's short transactions),
+// then no more often than lockRetryMax, which a long report outlasts
+// anyway.
+const (
+	lockRetryMin = 250 * time.Millisecond
+	lockRetryMax = 5 * time.Second
+)
+
+// blockerWatchEvery is how often a statement that is still running is
+// checked for sessions blocking it, to name them in the log.
+const blockerWatchEvery = 500 * time.Millisecond
+
+// MigrateOption configures Migrate.
+type MigrateOption func(*migrator)
+
+// WithMigrateLog has Migrate log on log: each wait for a lock, naming the
+// sessions that hold it, and each retry.
+func WithMigrateLog(log *slog.Logger) MigrateOption {
+	return func(m *migrator) { m.log = log }
+}
+
+// WithRefusal has Migrate ask refuse, before it applies anything, whether
+// to go on with the database as applied describes it; a reason it returns
+// ends Migrate with a *RefusedError, and nothing is applied. It is asked
+// only when there is something to apply. `billing migrate` refuses a
+// database whose release cannot be rolled back to after this release's
+// migrations (version.RollbackRefusal) unless --allow-no-rollback.
+func WithRefusal(refuse func(applied []AppliedMigration) string) MigrateOption {
+	return func(m *migrator) { m.refuse = refuse }
+}
+
+// RefusedError is Migrate declining to migrate (WithRefusal): a decision
+// for a person, which waiting does not change.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "migrate: refused: " + e.Reason }
+
+// migrator applies a migration set under the lock discipline of
+// migrations/README.md.
+type migrator struct {
+	refuse      func(applied []AppliedMigration) string
+	log         *slog.Logger
+	lockTimeout time.Duration
+	retryMin    time.Duration
+	retryMax    time.Duration
+	watchEvery  time.Duration
+}
+
+func newMigrator(opts []MigrateOption) *migrator {
+	m := &migrator{log: slog.New(slog.DiscardHandler), lockTimeout: MigrationLockTimeout,
+		retryMin: lockRetryMin, retryMax: lockRetryMax, watchEvery: blockerWatchEvery}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
 // Migrate applies the embedded migrations that the database lacks, in name
 // order, and records each in schema_migrations. Processes migrating at once
 // apply each file once: each file is applied under an advisory lock, by
@@ -89,19 +175,29 @@ func load(fsys fs.FS) ([]migration, error) {
 //
 // A file is applied in one transaction together with its schema_migrations
 // row, unless it starts with NoTransactionMarker: then its statements run
-// one by one on a second connection, outside any transaction, while the
-// first holds the lock in an open transaction, and its row is written and
+// one by one on a second connection, outside the lock's transaction, while
+// the first holds the lock in an open transaction, and its row is written and
 // the lock released when the last statement has succeeded. If one of them
 // fails, those before it stay applied and the file stays unrecorded: the
 // next run repeats the whole file, so its author writes it to be repeated
 // (migrations/README.md). Such a file needs a pool of at least two
-// connections.
+// connections; a third lets Migrate name the sessions a statement waits for.
+//
+// Migrations never stall billing (docs/interface.md §10, migrations/README.md):
+// every statement runs with lock_timeout MigrationLockTimeout, in the file's
+// transaction or, in a no-transaction file, in a transaction of its own;
+// only the statements Postgres refuses inside a transaction (CREATE INDEX
+// CONCURRENTLY and its kin, which take no lock that blocks reads or writes)
+// run bare. A statement that waits longer, or that Postgres picks as a
+// deadlock's victim, is not an error: the file is tried again from its
+// start after a pause that grows to lockRetryMax, for as long as ctx lasts,
+// and each wait is logged with the sessions that held the lock.
 //
 // The lock is transaction-scoped, never held by a session across the run,
 // so Migrate is correct through a pooler in transaction mode (PgBouncer),
 // which lends a different server session to each transaction; the
 // statements of a no-transaction file are each a transaction of their own
-// there too.
+// there too, their lock_timeout set LOCAL to it.
 //
 // A process waiting for the lock holds no snapshot while it waits: it polls
 // with pg_try_advisory_xact_lock between short transactions instead of
@@ -110,19 +206,48 @@ func load(fsys fs.FS) ([]migration, error) {
 // waiter inside a statement would wait for the lock's holder while the
 // holder's index waited for it, on two connections where Postgres cannot
 // see the cycle.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return migrate(ctx, pool, migrations.FS)
+func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) error {
+	return newMigrator(opts).migrate(ctx, pool, migrations.FS)
 }
 
-func migrate(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) error {
+// MigratePoolSize is the pool MigrateURL opens: a no-transaction file
+// takes two connections (the lock's holder and its statements), and a
+// third names, in the log, the sessions a statement waits for.
+const MigratePoolSize = 3
+
+// MigrateURL is Migrate on a pool of MigratePoolSize connections of its
+// own to dsn, closed when it returns: `billing migrate`, and `billing run`
+// with BILLING_MIGRATE_ON_START, whose own pool may be of one connection.
+func MigrateURL(ctx context.Context, dsn string, opts ...MigrateOption) error {
+	pool, err := NewPool(ctx, dsn, MigratePoolSize)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return Migrate(ctx, pool, opts...)
+}
+
+func (mg *migrator) migrate(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) error {
 	all, err := load(fsys)
 	if err != nil {
 		return err
 	}
+	if mg.refuse != nil {
+		applied, err := Applied(ctx, pool)
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		pending := slices.ContainsFunc(all, func(m migration) bool {
+			return !slices.ContainsFunc(applied, func(a AppliedMigration) bool { return a.Version == m.version })
+		})
+		if why := mg.refuse(applied); pending && why != "" {
+			return &RefusedError{Reason: why}
+		}
+	}
 	for _, m := range all {
-		apply := applyInTx
+		apply := mg.applyInTx
 		if m.outsideTx() {
-			apply = applyOutsideTx
+			apply = mg.applyOutsideTx
 		}
 		if err := apply(ctx, pool, m); err != nil {
 			return err
@@ -154,9 +279,11 @@ func lockedTx(ctx context.Context, pool *pgxpool.Pool, version string) (tx pgx.T
 			return nil, false, fmt.Errorf("migrate %s: lock: %w", version, translate(ctx, err))
 		}
 		if locked {
-			if _, err := tx.Exec(ctx, createSchemaMigrations); err != nil {
-				rollback(ctx, tx)
-				return nil, false, fmt.Errorf("migrate: create schema_migrations: %w", translate(ctx, err))
+			for _, stmt := range []string{createSchemaMigrations, addSchemaMigrationsRelease} {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					rollback(ctx, tx)
+					return nil, false, fmt.Errorf("migrate: create schema_migrations: %w", translate(ctx, err))
+				}
 			}
 			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)", version).Scan(&applied); err != nil {
 				rollback(ctx, tx)
@@ -176,9 +303,58 @@ func lockedTx(ctx context.Context, pool *pgxpool.Pool, version string) (tx pgx.T
 	}
 }
 
+// errLocked marks a try of a migration that did not get its locks: a
+// statement's lock_timeout expired, or Postgres chose it as a deadlock's
+// victim. The file is tried again.
+type errLocked struct {
+	err      error
+	blockers []blocker // the sessions last seen holding what it waited for
+}
+
+func (e *errLocked) Error() string { return e.err.Error() }
+func (e *errLocked) Unwrap() error { return e.err }
+
+// lockConflict reports whether err is a lock timeout (55P03) or a
+// deadlock (40P01): a conflict with other sessions that waiting resolves.
+func lockConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
+}
+
+// retrying runs try until it succeeds, fails otherwise than by a lock
+// conflict (*errLocked), or ctx ends, pausing between tries and logging
+// each wait.
+func (mg *migrator) retrying(ctx context.Context, version string, try func() error) error {
+	pause := mg.retryMin
+	for n := 1; ; n++ {
+		err := try()
+		var locked *errLocked
+		if !errors.As(err, &locked) {
+			return err
+		}
+		wait := time.Duration(float64(pause) * (0.5 + rand.Float64()))
+		mg.log.Warn("migration did not get its locks: it gave them up and tries again",
+			slog.String("migration", version), slog.Int("try", n), slog.Duration("retry_in", wait),
+			slog.String("error", locked.err.Error()), slog.Any("blocked_by", locked.blockers))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("migrate %s: waiting to try again after %w: %w", version, locked.err, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, mg.retryMax)
+	}
+}
+
 // applyInTx applies m unless schema_migrations lists it, in one
-// transaction under the migration lock.
-func applyInTx(ctx context.Context, pool *pgxpool.Pool, m migration) error {
+// transaction under the migration lock, with its statements under
+// lock_timeout; after a lock conflict, again.
+func (mg *migrator) applyInTx(ctx context.Context, pool *pgxpool.Pool, m migration) error {
+	return mg.retrying(ctx, m.version, func() error { return mg.applyInTxOnce(ctx, pool, m) })
+}
+
+func (mg *migrator) applyInTxOnce(ctx context.Context, pool *pgxpool.Pool, m migration) error {
 	tx, applied, err := lockedTx(ctx, pool, m.version)
 	if err != nil {
 		return err
@@ -187,11 +363,22 @@ func applyInTx(ctx context.Context, pool *pgxpool.Pool, m migration) error {
 	if applied {
 		return nil
 	}
+	pid, err := mg.limitLocks(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", m.version, translate(ctx, err))
+	}
 	// No parameters: the simple protocol, so a file may hold several
 	// statements.
-	if _, err := tx.Exec(ctx, m.sql); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "25001" { // active_sql_transaction
+	_, err = mg.watched(ctx, pool, m.version, pid, func() (pgconn.CommandTag, error) { return tx.Exec(ctx, m.sql) })
+	if err != nil {
+		var (
+			pgErr  *pgconn.PgError
+			locked *errLocked
+		)
+		switch {
+		case errors.As(err, &locked):
+			return err
+		case errors.As(err, &pgErr) && pgErr.Code == "25001": // active_sql_transaction
 			return fmt.Errorf("migrate %s: %w; a statement of it cannot run inside a transaction: make %q its first line (migrations/README.md)",
 				m.version, translate(ctx, err), NoTransactionMarker)
 		}
@@ -200,10 +387,21 @@ func applyInTx(ctx context.Context, pool *pgxpool.Pool, m migration) error {
 	return record(ctx, tx, m.version)
 }
 
+// limitLocks sets the lock_timeout of tx's statements and returns the
+// server process that runs them (behind a pooler, the client's idea of it
+// is the pooler's).
+func (mg *migrator) limitLocks(ctx context.Context, tx pgx.Tx) (pid int32, err error) {
+	err = tx.QueryRow(ctx, "SELECT pg_backend_pid(), set_config('lock_timeout', $1, true)",
+		fmt.Sprintf("%dms", mg.lockTimeout.Milliseconds())).Scan(&pid, nil)
+	return pid, err
+}
+
 // applyOutsideTx applies a no-transaction file unless schema_migrations
 // lists it: its statements one at a time on a connection of their own,
-// while tx holds the migration lock; then its row, in tx.
-func applyOutsideTx(ctx context.Context, pool *pgxpool.Pool, m migration) error {
+// while tx holds the migration lock; then its row, in tx. A lock conflict
+// runs the file again from its first statement (its author wrote it to be
+// re-run), the migration lock held throughout.
+func (mg *migrator) applyOutsideTx(ctx context.Context, pool *pgxpool.Pool, m migration) error {
 	if n := pool.Config().MaxConns; n < 2 {
 		return fmt.Errorf("migrate %s: a no-transaction migration needs a pool of two connections, not %d", m.version, n)
 	}
@@ -221,22 +419,28 @@ func applyOutsideTx(ctx context.Context, pool *pgxpool.Pool, m migration) error 
 	if _, err := tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
 		return fmt.Errorf("migrate %s: %w", m.version, translate(ctx, err))
 	}
-	if err := runStatements(ctx, pool, m); err != nil {
+	if err := mg.retrying(ctx, m.version, func() error { return mg.runStatements(ctx, pool, m) }); err != nil {
 		return err
 	}
 	return record(ctx, tx, m.version)
 }
 
-// runStatements runs m's statements in order on one connection, each on
-// its own (the simple protocol, one statement: no transaction block).
-func runStatements(ctx context.Context, pool *pgxpool.Pool, m migration) error {
+// runStatements runs m's statements in order on one connection, each in a
+// transaction of its own under lock_timeout, or, when Postgres refuses it
+// inside a transaction (25001: CREATE INDEX CONCURRENTLY and the like, whose
+// locks block neither reads nor writes), on its own.
+func (mg *migrator) runStatements(ctx context.Context, pool *pgxpool.Pool, m migration) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", m.version, translate(ctx, err))
 	}
 	defer conn.Release()
 	for i, stmt := range m.statements {
-		if _, err := conn.Exec(ctx, stmt); err != nil {
+		if err := mg.runStatement(ctx, pool, conn.Conn(), m.version, stmt); err != nil {
+			var locked *errLocked
+			if errors.As(err, &locked) {
+				return err
+			}
 			return fmt.Errorf("migrate %s: statement %d of %d: %w (it runs outside a transaction: the statements before it stay applied, and the next run repeats the file)",
 				m.version, i+1, len(m.statements), translate(ctx, err))
 		}
@@ -244,9 +448,115 @@ func runStatements(ctx context.Context, pool *pgxpool.Pool, m migration) error {
 	return nil
 }
 
-// record writes version's schema_migrations row in tx and commits.
+func (mg *migrator) runStatement(ctx context.Context, pool *pgxpool.Pool, conn *pgx.Conn, version, stmt string) error {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		pid, err := mg.limitLocks(ctx, tx)
+		if err != nil {
+			return err
+		}
+		_, err = mg.watched(ctx, pool, version, pid, func() (pgconn.CommandTag, error) { return tx.Exec(ctx, stmt) })
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "25001" { // active_sql_transaction
+		return err
+	}
+	// A statement that Postgres runs only outside a transaction block. Its
+	// own wait may be long (an index build waits for every older
+	// snapshot), but nothing billing does waits for it: such statements
+	// take SHARE UPDATE EXCLUSIVE at most, which neither reads nor writes
+	// conflict with.
+	var pid int32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return err
+	}
+	_, err = mg.watched(ctx, pool, version, pid, func() (pgconn.CommandTag, error) { return conn.Exec(ctx, stmt) })
+	return err
+}
+
+// blocker is a session that held a lock a migration statement waited for.
+type blocker struct {
+	PID        int32   `json:"pid"`
+	State      string  `json:"state"`
+	XactAgeSec float64 `json:"xact_age_seconds"`
+	App        string  `json:"application_name,omitempty"`
+	Query      string  `json:"query"`
+}
+
+// sqlBlockers lists the sessions that block server process $1, with what
+// they last ran (cut short: a report's text can be long).
+const sqlBlockers = `SELECT b.pid, coalesce(b.state, ''), coalesce(extract(epoch FROM now() - b.xact_start), 0)::float8,
+		coalesce(b.application_name, ''), left(coalesce(b.query, ''), 200)
+	FROM unnest(pg_blocking_pids($1)) AS p(pid) JOIN pg_stat_activity b ON b.pid = p.pid ORDER BY b.pid`
+
+// watched runs exec, the statement of server process pid, and meanwhile
+// looks every watchEvery for the sessions blocking it, logging each new
+// set as a wait. A lock conflict comes back as *errLocked, naming the last
+// set seen. The look needs a connection of the pool that the statement
+// does not hold; without one free it is skipped.
+func (mg *migrator) watched(ctx context.Context, pool *pgxpool.Pool, version string, pid int32, exec func() (pgconn.CommandTag, error)) (pgconn.CommandTag, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		last []blocker
+	)
+	wg.Go(func() {
+		t := time.NewTicker(mg.watchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			bs, err := mg.blockers(wctx, pool, pid)
+			if err != nil || len(bs) == 0 {
+				continue
+			}
+			mu.Lock()
+			same := slices.EqualFunc(bs, last, func(a, b blocker) bool { return a.PID == b.PID })
+			last = bs
+			mu.Unlock()
+			if !same {
+				mg.log.Warn("migration waits for a lock", slog.String("migration", version),
+					slog.Duration("gives_up_after", mg.lockTimeout), slog.Any("blocked_by", bs))
+			}
+		}
+	})
+	tag, err := exec()
+	cancel()
+	wg.Wait()
+	if lockConflict(err) {
+		mu.Lock()
+		defer mu.Unlock()
+		return tag, &errLocked{err: err, blockers: last}
+	}
+	return tag, err
+}
+
+// blockers returns the sessions blocking server process pid, on a
+// connection of its own taken only if one is free at once.
+func (mg *migrator) blockers(ctx context.Context, pool *pgxpool.Pool, pid int32) ([]blocker, error) {
+	actx, cancel := context.WithTimeout(ctx, mg.watchEvery/2)
+	defer cancel()
+	conn, err := pool.Acquire(actx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	rows, _ := conn.Query(ctx, sqlBlockers, pid)
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (blocker, error) {
+		var b blocker
+		err := row.Scan(&b.PID, &b.State, &b.XactAgeSec, &b.App, &b.Query)
+		return b, err
+	})
+}
+
+// record writes version's schema_migrations row in tx, naming this
+// release, and commits.
 func record(ctx context.Context, tx pgx.Tx, version string) error {
-	if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", version); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, release) VALUES ($1, $2)", version, buildinfo.Release); err != nil {
 		return fmt.Errorf("migrate %s: record: %w", version, translate(ctx, err))
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -296,28 +606,76 @@ func pending(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS) ([]string, err
 	if err != nil {
 		return nil, err
 	}
-	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
-		return nil, fmt.Errorf("pending migrations: %w", translate(ctx, err))
-	}
-	applied := map[string]bool{}
-	if exists {
-		rows, _ := pool.Query(ctx, "SELECT version FROM schema_migrations")
-		versions, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, fmt.Errorf("pending migrations: %w", translate(ctx, err))
-		}
-		for _, v := range versions {
-			applied[v] = true
-		}
+	applied, err := Applied(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("pending migrations: %w", err)
 	}
 	var pending []string
 	for _, m := range all {
-		if !applied[m.version] {
+		if !slices.ContainsFunc(applied, func(a AppliedMigration) bool { return a.Version == m.version }) {
 			pending = append(pending, m.version)
 		}
 	}
 	return pending, nil
+}
+
+// AppliedMigration is a row of schema_migrations.
+type AppliedMigration struct {
+	Version string
+	// Release whose migrator applied it; "" for a release before 1.2.0,
+	// which did not say.
+	Release string
+}
+
+// Applied returns the migrations the database records in
+// schema_migrations, in order: none for a database no billing ever
+// migrated. The last is the database's schema (`billing version`); it may
+// name a migration this build does not know, after a rollback from a newer
+// release.
+func Applied(ctx context.Context, pool *pgxpool.Pool) ([]AppliedMigration, error) {
+	var exists, hasRelease bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL,
+		EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('schema_migrations') AND attname = 'release' AND NOT attisdropped)`).
+		Scan(&exists, &hasRelease); err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", translate(ctx, err))
+	}
+	if !exists {
+		return nil, nil
+	}
+	q := "SELECT version, '' FROM schema_migrations ORDER BY version"
+	if hasRelease {
+		q = "SELECT version, coalesce(release, '') FROM schema_migrations ORDER BY version"
+	}
+	rows, _ := pool.Query(ctx, q)
+	applied, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AppliedMigration])
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", translate(ctx, err))
+	}
+	return applied, nil
+}
+
+// SchemaBefore is the schema a database held before the migrations of
+// release ran on it: the last of applied that another release (or one that
+// did not say) applied; "" if there is none.
+func SchemaBefore(applied []AppliedMigration, release string) string {
+	for i := len(applied) - 1; i >= 0; i-- {
+		if applied[i].Release != release {
+			return applied[i].Version
+		}
+	}
+	return ""
+}
+
+// Schema is the schema this build needs: the highest of its embedded
+// migrations.
+func Schema() string {
+	all, err := load(migrations.FS)
+	if err != nil || len(all) == 0 {
+		// The embedded set is checked by its own tests; a build whose
+		// set does not load refuses to migrate or run anyway.
+		return "unknown"
+	}
+	return all[len(all)-1].version
 }
 
 // splitStatements splits the text of a migration into its statements, at
@@ -332,61 +690,22 @@ func splitStatements(sql string) ([]string, error) {
 	)
 	for i := 0; i < len(sql); {
 		c := sql[i]
+		end, comment, ok, err := queries.Skip(sql, i)
 		switch {
+		case err != nil:
+			return nil, err
+		case ok:
+			// A literal or a quoted identifier is code; a comment is not.
+			code = code || !comment
+			i = end
 		case c == ';':
 			if code {
 				out = append(out, strings.TrimSpace(sql[start:i]))
 			}
 			i++
 			start, code = i, false
-			continue
-		case c == '-' && strings.HasPrefix(sql[i:], "--"):
-			if j := strings.IndexByte(sql[i:], '\n'); j >= 0 {
-				i += j + 1
-			} else {
-				i = len(sql)
-			}
-			continue
-		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
-			end, err := blockCommentEnd(sql, i)
-			if err != nil {
-				return nil, err
-			}
-			i = end
-			continue
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f':
-			i++
-			continue
-		}
-		code = true
-		switch {
-		case c == '\'':
-			// E'…' takes backslash escapes; elsewhere (standard strings) a
-			// backslash is a character like any other.
-			escapes := i > 0 && (sql[i-1] == 'E' || sql[i-1] == 'e') && (i == 1 || !identChar(sql[i-2]))
-			end, err := quotedEnd(sql, i, '\'', escapes)
-			if err != nil {
-				return nil, err
-			}
-			i = end
-		case c == '"':
-			end, err := quotedEnd(sql, i, '"', false)
-			if err != nil {
-				return nil, err
-			}
-			i = end
-		case c == '$' && (i == 0 || !identChar(sql[i-1])):
-			tag, ok := dollarTag(sql[i:])
-			if !ok {
-				i++ // a parameter ($1) or a lone dollar
-				continue
-			}
-			j := strings.Index(sql[i+len(tag):], tag)
-			if j < 0 {
-				return nil, fmt.Errorf("unterminated dollar-quoted string %s", tag)
-			}
-			i += 2*len(tag) + j
 		default:
+			code = code || (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f')
 			i++
 		}
 	}
@@ -394,62 +713,4 @@ func splitStatements(sql string) ([]string, error) {
 		out = append(out, strings.TrimSpace(sql[start:]))
 	}
 	return out, nil
-}
-
-// blockCommentEnd returns the index just past the /* … */ comment at i,
-// which nests as Postgres's do.
-func blockCommentEnd(sql string, i int) (int, error) {
-	depth := 0
-	for i < len(sql) {
-		switch {
-		case strings.HasPrefix(sql[i:], "/*"):
-			depth++
-			i += 2
-		case strings.HasPrefix(sql[i:], "*/"):
-			depth--
-			i += 2
-			if depth == 0 {
-				return i, nil
-			}
-		default:
-			i++
-		}
-	}
-	return 0, errors.New("unterminated /* comment")
-}
-
-// quotedEnd returns the index just past the literal or identifier that
-// opens with q at i; a doubled q stands for itself, and so does a
-// backslash-escaped character when escapes is set.
-func quotedEnd(sql string, i int, q byte, escapes bool) (int, error) {
-	for i++; i < len(sql); i++ {
-		switch {
-		case escapes && sql[i] == '\\':
-			i++
-		case sql[i] == q && i+1 < len(sql) && sql[i+1] == q:
-			i++
-		case sql[i] == q:
-			return i + 1, nil
-		}
-	}
-	return 0, fmt.Errorf("unterminated %c-quoted text", q)
-}
-
-// dollarTag returns the $tag$ (or $$) that s starts with.
-func dollarTag(s string) (string, bool) {
-	for j := 1; j < len(s); j++ {
-		switch c := s[j]; {
-		case c == '$':
-			return s[:j+1], true
-		case identChar(c) && (j > 1 || c < '0' || c > '9'):
-		default:
-			return "", false
-		}
-	}
-	return "", false
-}
-
-// identChar reports a byte that may continue an unquoted identifier.
-func identChar(c byte) bool {
-	return c == '_' || c == '$' || c >= 0x80 || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/acme/billing/core/order"
 )
 
-// The payment gateway of the model (TestModel): what CONTRACT.md §6 lets a
+// The payment gateway of the model (TestModel): what docs/interface.md §6 lets a
 // gateway do, as adversarially as it allows. A request, once sent, is in
 // transit until the model lets it reach the gateway; there it executes
 // until the model answers it. The gateway
@@ -28,7 +28,7 @@ import (
 // Answers reach their caller when the model says; a caller may give up
 // first (a timeout or a reset: unmarked transient), or crash, and its
 // request still reaches the gateway later, or never. The one bound is the
-// gateway's side of the attempt (CONTRACT.md §4): a request reaches the
+// gateway's side of the attempt (docs/interface.md §4): a request reaches the
 // gateway and executes within modelCutoff of being sent, or not at all.
 
 // gwOutcome is what the gateway does with a request it executes.

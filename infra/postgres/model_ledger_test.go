@@ -93,8 +93,8 @@ func (l *modelLedger) TakeAttempt(ctx context.Context, orderID string, key uuid.
 	return t, err
 }
 
-func (l *modelLedger) Release(ctx context.Context, orderID string, key uuid.UUID, attempt int64) error {
-	err := l.inner.Release(ctx, orderID, key, attempt)
+func (l *modelLedger) Release(ctx context.Context, orderID string, key uuid.UUID, attempt int64, answer string) error {
+	err := l.inner.Release(ctx, orderID, key, attempt, answer)
 	l.m.flushed(err)
 	return err
 }
@@ -173,7 +173,7 @@ func restoreRow(ctx context.Context, pool *pgxpool.Pool, s lostSettle) error {
 	})
 }
 
-// noFence is the Store with the fence of CONTRACT.md §4 switched off, as
+// noFence is the Store with the fence of docs/interface.md §4 switched off, as
 // billing was before it (issue 22): every path that finds an invoice
 // pending under a key gets to send it, whatever attempt another path holds;
 // the completer sends what it claimed, whatever the invoice has become

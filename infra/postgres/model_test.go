@@ -21,15 +21,17 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/service/completer"
+	"github.com/acme/billing/internal/service/relay"
 	"github.com/acme/billing/internal/testkit/pgtest"
 )
 
 // TestModel is issue 22's model of every actor: a state-machine property
 // test (rapid) that interleaves, on one to three orders, everything that
 // can send an order's key to the gateway or move its invoice, against the
-// real Store (the fence of CONTRACT.md §4 lives in its statements), the
-// real BillingService and the real PendingCompleter, and a gateway model
-// (model_gateway_test.go) as adversarial as CONTRACT.md §6 allows.
+// real Store (the fence of docs/interface.md §4 lives in its statements), the
+// real BillingService and the real completer (internal/service/completer), and a gateway model
+// (model_gateway_test.go) as adversarial as docs/interface.md §6 allows.
 //
 // The actions (rapid draws among them uniformly; each then draws among
 // what can act now):
@@ -39,7 +41,7 @@ import (
 //     next owner), or waiting in place because another path holds the
 //     attempt (ClassBusy: it calls Bill again, as its consumer does);
 //   - Replay: an earlier event again (a DLQ replay, an offset reset);
-//   - CompleterPass: PendingCompleter.RunOnce, everything pending due at
+//   - CompleterPass: completer.Completer.Pass, everything pending due at
 //     once (ResumeAfter 1ns), at most two passes at a time (two pods); its
 //     process may die right after its claim;
 //   - GatewayAnswers: a request reaches the gateway if it has not yet, and
@@ -88,7 +90,7 @@ import (
 //     attempt (checked at the send, on the database), and reaches the
 //     gateway only while its invoice is still pending under it: never after
 //     the invoice was settled, rejected, reopened under another key or held
-//     (CONTRACT.md §4: a gateway that stores nothing for a refusal never
+//     (docs/interface.md §4: a gateway that stores nothing for a refusal never
 //     sees an old key after a new one);
 //   - no key is sent after the gateway has forgotten an answer under it;
 //   - the invoices tell the truth: a charged invoice's key was charged at
@@ -122,7 +124,7 @@ const (
 	// modelCutoff: a request reaches the gateway and executes within this
 	// of being sent, or never; a caller still waiting then times out.
 	modelCutoff = modelPaymentTimeout / 2
-	// modelPassTimeout is real (RunOnce's context), long enough never to
+	// modelPassTimeout is real (Pass's context), long enough never to
 	// fire, and so the completer's shortest back-off (virtual: it is a
 	// minute in production); modelMaxBackoff its longest.
 	modelPassTimeout = 10 * time.Minute
@@ -293,7 +295,7 @@ type call struct {
 	reaped  bool
 	out     order.Outcome
 	err     error
-	res     order.CompleterResult
+	res     completer.Result
 }
 
 type callKey struct{}
@@ -313,7 +315,7 @@ type model struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	svc       *order.BillingService
-	completer *order.PendingCompleter
+	completer *completer.Completer
 	policy    order.RetryPolicy
 	gw        *gatewayModel
 	orders    []string
@@ -356,7 +358,7 @@ func newModel(t *rapid.T, env *modelEnv, cfg modelConfig) *model {
 	for i := range n {
 		m.orders = append(m.orders, fmt.Sprintf("o%d", i+1))
 	}
-	// Every transition writes its invoice event (CONTRACT §9): checkEnd
+	// Every transition writes its invoice event (docs/interface.md §9): checkEnd
 	// publishes them and checks one event id per transition.
 	store := postgres.NewStore(env.pool, postgres.WithEvents(true))
 	m.store = store
@@ -367,7 +369,7 @@ func newModel(t *rapid.T, env *modelEnv, cfg modelConfig) *model {
 	ledger := &modelLedger{inner: inner, m: m}
 	m.gw = newGatewayModel(m, modelKeyTTL)
 	m.svc = order.NewBillingService(ledger, m.gw, group, order.WithAttemptTerms(modelTerms))
-	m.completer = order.NewPendingCompleter(ledger, m.svc, order.CompleterOptions{
+	m.completer = completer.New(ledger, m.svc, completer.Options{
 		ResumeAfter: time.Nanosecond, PassTimeout: modelPassTimeout, MaxBackoff: modelMaxBackoff})
 	// Two tiers; their delays are not modelled (a tier may run at once).
 	m.policy = order.NewRetryPolicy(time.Second, time.Second)
@@ -683,8 +685,8 @@ func (m *model) runPass(t *rapid.T, dies bool) *call {
 	m.passes++
 	c := m.newCall(fmt.Sprintf("completer#%d", m.passes), nil)
 	c.diesAfterClaim = dies
-	m.logf(t, "%s: RunOnce", c.label)
-	m.start(c, func(ctx context.Context) { c.res, c.err = m.completer.RunOnce(ctx) })
+	m.logf(t, "%s: Pass", c.label)
+	m.start(c, func(ctx context.Context) { c.res, c.err = m.completer.Pass(ctx) })
 	m.settleDown(t)
 	return c
 }
@@ -896,6 +898,7 @@ func (m *model) Person(t *rapid.T) {
 	if d.Status == order.StatusRejected && oneIn(t, 1, "resume (1: yes)") {
 		d.Status = order.StatusPending
 	}
+	d.Key, d.By = inv.EventID, "model"
 	_, _, err := m.store.Resolve(m.ctx, inv.OrderID, d, modelTerms.HoldAfter)
 	if errors.Is(err, order.ErrKeyTooOld) {
 		m.logf(t, "a person resumes %s: %v", inv.OrderID, err)
@@ -1260,9 +1263,9 @@ func (m *model) checkEnd(t *rapid.T) {
 // that drops the ids it has seen ends at each invoice's final status.
 func (m *model) checkEvents(t *rapid.T, invs map[string]order.Invoice) {
 	pub := &recordingPublisher{}
-	relay := order.NewOutboxRelay(m.store, pub, order.RelayOptions{Batch: 50})
+	relay := relay.New(m.store, pub, relay.Options{Batch: 50})
 	for {
-		n, err := relay.RunOnce(context.Background())
+		n, err := relay.Pass(context.Background())
 		if err != nil {
 			t.Fatalf("publish the outbox: %v", err)
 		}

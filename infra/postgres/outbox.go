@@ -13,28 +13,6 @@ import (
 
 var _ order.Outbox = (*Store)(nil)
 
-// sqlClaimOutbox claims up to $1 events for one relay: the oldest waiting
-// event of each order only, so that an order's events are published in
-// the order of its transitions however many relays run (its next event is
-// not the oldest while an earlier one waits, even one another relay
-// holds), and FOR UPDATE SKIP LOCKED, so that relays in several pods
-// never hold one row at once: each row is published by one process at a
-// time. The claim is the relay's transaction; the rows are deleted in it
-// once Kafka has acknowledged them.
-//
-// Only rows whose transaction $2, the snapshot of the pass's flush
-// (sqlFlushWAL), saw committed are claimed: those are on disk. A row
-// committed since waits for the next pass, and so does every later row of
-// its order.
-const sqlClaimOutbox = `SELECT o.id, o.event_id, o.order_id, o.status, o.customer_id, o.amount, o.currency, o.idempotency_key,
-		coalesce(o.charge_id, ''), coalesce(o.reason, ''), coalesce(o.traceparent, ''), o.occurred_at
-	FROM invoice_outbox o
-	WHERE NOT EXISTS (SELECT FROM invoice_outbox earlier WHERE earlier.order_id = o.order_id AND earlier.id < o.id)
-		AND pg_visible_in_snapshot(o.xact, $2::pg_snapshot)
-	ORDER BY o.id
-	LIMIT $1
-	FOR UPDATE OF o SKIP LOCKED`
-
 // PublishPending implements order.Outbox: it makes the waiting rows durable
 // (flushWAL), then one transaction claims those rows, holds them while
 // publish runs, and deletes them when it succeeds. Both run on one
@@ -64,10 +42,10 @@ func (s *Store) PublishPending(ctx context.Context, limit int, publish func(ctx 
 }
 
 // claimAndPublish claims up to limit rows committed in the snapshot
-// flushed, publishes them and deletes them, in tx; it returns how many.
+// flushed (queries/claim_outbox.sql), publishes them and deletes them, in tx; it returns how many.
 func claimAndPublish(ctx context.Context, tx pgx.Tx, limit int, flushed string,
 	publish func(ctx context.Context, events []order.InvoiceEvent) error) (int, error) {
-	rows, _ := tx.Query(ctx, sqlClaimOutbox, limit, flushed)
+	rows, _ := tx.Query(ctx, stmts.claimOutbox, limit, flushed)
 	var ids []int64
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (order.InvoiceEvent, error) {
 		var (
@@ -96,38 +74,22 @@ func claimAndPublish(ctx context.Context, tx pgx.Tx, limit int, flushed string,
 	if err := publish(ctx, events); err != nil {
 		return 0, err
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM invoice_outbox WHERE id = ANY ($1::bigint[])`, ids); err != nil {
+	if _, err := tx.Exec(ctx, stmts.deletePublished, ids); err != nil {
 		return 0, err
 	}
 	return len(events), nil
 }
 
-// sqlFlushWAL is a transaction that commits synchronously, so that it
-// returns once the WAL is flushed past its commit record, hence past the
-// commit of every transaction its snapshot, which it returns, saw
-// committed. It must write WAL of its own for that: Postgres commits a
-// transaction that wrote none without waiting, whatever
-// synchronous_commit says. A transactional logical decoding message is
-// the smallest such write (a record of a few bytes, no table, any role may
-// emit it, at any wal_level; a logical decoding consumer sees it under the
-// prefix billing.outbox-flush), and it is written only when the outbox
-// holds a row, so an idle relay writes nothing. One simple-protocol
-// message, one round trip, also through PgBouncer in transaction mode.
-const sqlFlushWAL = `BEGIN; SET LOCAL synchronous_commit = on;
-	SELECT pg_current_snapshot()::text,
-		CASE WHEN EXISTS (SELECT FROM invoice_outbox) THEN pg_logical_emit_message(true, 'billing.outbox-flush', '') END IS NOT NULL;
-	COMMIT`
-
 // flushWAL makes durable every outbox row committed before it and returns
-// the snapshot that tells them (sqlClaimOutbox's $2); "" when the outbox
-// is empty. The settles commit with synchronous_commit off (settleTx): for
+// the snapshot that tells them (claim_outbox's $2; queries/flush_wal.sql
+// says how); "" when the outbox is empty. The settles commit with synchronous_commit off (settleTx): for
 // a moment a settle and its outbox row are visible and not yet on disk,
 // and a crash then loses both. A relay that published such a row would
 // leave a downstream service holding an event of a transition billing no
 // longer has, and that transition made again later, after another in
 // between, would reach it as a duplicate of an id it has seen.
 func flushWAL(ctx context.Context, conn *pgxpool.Conn) (string, error) {
-	results, err := conn.Conn().PgConn().Exec(ctx, sqlFlushWAL).ReadAll()
+	results, err := conn.Conn().PgConn().Exec(ctx, stmts.flushWAL).ReadAll()
 	if err != nil {
 		return "", fmt.Errorf("flush the WAL before publishing: %w", err)
 	}
@@ -148,8 +110,7 @@ func (s *Store) OutboxStats(ctx context.Context) (order.OutboxStats, error) {
 		st     order.OutboxStats
 		oldest float64
 	)
-	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM now() - min(occurred_at)), 0)::float8 FROM invoice_outbox`).
-		Scan(&st.Pending, &oldest)
+	err := s.pool.QueryRow(ctx, stmts.outboxStats).Scan(&st.Pending, &oldest)
 	if err != nil {
 		return st, translate(ctx, fmt.Errorf("outbox stats: %w", err))
 	}

@@ -14,7 +14,9 @@ import (
 	"github.com/gofrs/uuid/v5"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ledgertest"
 	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/service/relay"
 	"github.com/acme/billing/internal/testkit/pgcluster"
 	"github.com/acme/billing/internal/testkit/pgtest"
 	"github.com/acme/billing/internal/testkit/poll"
@@ -44,9 +46,9 @@ func (p *recordingPublisher) published() []order.InvoiceEvent {
 // publishAll runs relay passes until the outbox is empty.
 func publishAll(ctx context.Context, t *testing.T, store *postgres.Store, p order.EventPublisher) {
 	t.Helper()
-	relay := order.NewOutboxRelay(store, p, order.RelayOptions{Batch: 7})
+	relay := relay.New(store, p, relay.Options{Batch: 7})
 	poll.Until(t, "the outbox empty", 20*time.Second, func() bool {
-		if _, err := relay.RunOnce(ctx); err != nil {
+		if _, err := relay.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
 		st, err := store.OutboxStats(ctx)
@@ -98,9 +100,9 @@ func TestTransitionsWriteTheirEvents(t *testing.T) {
 		"ord-held":     {refused(order.RefusalKeyReused, 422)},
 		"ord-pending":  {unavailable, unavailable},
 	}
-	gw := &fakeGateway{}
+	gw := &ledgertest.Gateway{}
 	var mu sync.Mutex
-	gw.answer = func(_ int, req order.ChargeRequest) (order.ChargeResult, error) {
+	gw.SetAnswer(func(_ int, req order.ChargeRequest) (order.ChargeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		a := answers[req.OrderID]
@@ -115,7 +117,7 @@ func TestTransitionsWriteTheirEvents(t *testing.T) {
 			return order.ChargeResult{Status: order.ChargeDeclined}, nil
 		}
 		return order.ChargeResult{}, answer
-	}
+	})
 	svc := order.NewBillingService(store, gw, group)
 	evts := map[string]order.OrderConfirmedEvent{}
 	for id := range answers {
@@ -207,10 +209,10 @@ func TestEventsOfTheOtherTransitions(t *testing.T) {
 	if err != nil || len(held) != 2 {
 		t.Fatalf("HoldStale() = %v, %v, want ord-sweep and ord-resolved", held, err)
 	}
-	if _, _, err := store.Resolve(ctx, "ord-resolved", order.Resolution{Status: order.StatusCharged, ChargeID: "ch_by_hand"}, time.Hour); err != nil {
+	if _, _, err := store.Resolve(ctx, "ord-resolved", order.Resolution{Status: order.StatusCharged, ChargeID: "ch_by_hand", Key: keys["ord-resolved"], By: "alice"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.Resolve(ctx, "ord-sweep", order.Resolution{Status: order.StatusPending}, time.Hour); err != nil {
+	if _, _, err := store.Resolve(ctx, "ord-sweep", order.Resolution{Status: order.StatusPending, Key: keys["ord-sweep"], By: "alice"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	p := &recordingPublisher{}
@@ -241,72 +243,6 @@ func TestNoEventsWhenPublishingIsOff(t *testing.T) {
 	}
 }
 
-// TestRelaysPublishEachRowOnceInOrder: relays of
-// several pods publish at once, each row by one of them, every event once,
-// and each order's events in the order of its transitions.
-func TestRelaysPublishEachRowOnceInOrder(t *testing.T) {
-	t.Parallel()
-	ctx := testCtx(t)
-	pool, _ := pgtest.NewDB(t)
-	store := postgres.NewStore(pool, postgres.WithEvents(true))
-	// Each order: rejected under a first key, reopened and rejected again
-	// under a second, reopened and charged under a third.
-	const orders = 40
-	var want []uuid.UUID
-	for i := range orders {
-		id := fmt.Sprintf("ord-%02d", i)
-		for j, status := range []order.InvoiceStatus{order.StatusRejected, order.StatusRejected, order.StatusCharged} {
-			key := newEventID(t)
-			r, err := store.Reserve(ctx, pendingInvoice(id, key), group, terms)
-			if err != nil || r.Attempt == 0 {
-				t.Fatalf("Reserve %d of %s = %+v, %v", j, id, r, err)
-			}
-			if ok, err := store.Settle(ctx, order.Settlement{OrderID: id, Key: key, Attempt: r.Attempt, Status: status, Reason: "400"}); err != nil || !ok {
-				t.Fatalf("Settle = %v, %v", ok, err)
-			}
-			want = append(want, order.InvoiceEventID(id, key, status, j)) // each new key reopened it once more
-		}
-	}
-	p := &recordingPublisher{}
-	var wg sync.WaitGroup
-	for range 3 {
-		relay := order.NewOutboxRelay(postgres.NewStore(pool), p, order.RelayOptions{Batch: 5})
-		wg.Go(func() {
-			for {
-				n, err := relay.RunOnce(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if st, err := store.OutboxStats(ctx); n == 0 && err == nil && st.Pending == 0 {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	got := p.published()
-	seen := map[uuid.UUID]int{}
-	last := map[string]int{} // order → index in want of its last published event
-	index := map[uuid.UUID]int{}
-	for i, id := range want {
-		index[id] = i
-	}
-	for _, e := range got {
-		seen[e.EventID]++
-		i := index[e.EventID]
-		if prev, ok := last[e.OrderID]; ok && prev > i {
-			t.Errorf("%s: event %d published after event %d", e.OrderID, i, prev)
-		}
-		last[e.OrderID] = i
-	}
-	for _, id := range want {
-		if seen[id] != 1 {
-			t.Errorf("event %s published %d times, want once", id, seen[id])
-		}
-	}
-}
-
 // TestRepublishedWithTheSameID: a settle lost in a crash and redone, and
 // a relay that published and died before deleting, publish the same event
 // id, never a new one.
@@ -334,9 +270,9 @@ func TestRepublishedWithTheSameID(t *testing.T) {
 	// The relay publishes, then dies before its commit; the next pass
 	// publishes the row again, same id.
 	dying := &recordingPublisher{fail: errors.New("killed after the write")}
-	relay := order.NewOutboxRelay(ledger.Store, dying, order.RelayOptions{})
-	if _, err := relay.RunOnce(ctx); err == nil {
-		t.Fatal("RunOnce() with a dying publisher: no error")
+	relay := relay.New(ledger.Store, dying, relay.Options{})
+	if _, err := relay.Pass(ctx); err == nil {
+		t.Fatal("Pass() with a dying publisher: no error")
 	}
 	again := &recordingPublisher{}
 	publishAll(ctx, t, ledger.Store, again)
@@ -348,36 +284,6 @@ func TestRepublishedWithTheSameID(t *testing.T) {
 	}
 	if cs := stub.ChargesForOrder("ord-1"); len(cs) != 1 {
 		t.Errorf("charges = %d, want 1", len(cs))
-	}
-}
-
-// TestOutboxGrowsWhileKafkaRefuses: while the publisher
-// fails, billing goes on, the outbox keeps every event and its stats say
-// so; once it succeeds, everything leaves.
-func TestOutboxGrowsWhileKafkaRefuses(t *testing.T) {
-	t.Parallel()
-	ctx := testCtx(t)
-	pool, _ := pgtest.NewDB(t)
-	store := postgres.NewStore(pool, postgres.WithEvents(true))
-	svc := order.NewBillingService(store, &fakeGateway{}, group)
-	refusing := &recordingPublisher{fail: errors.New("kafka: not leader")}
-	relay := order.NewOutboxRelay(store, refusing, order.RelayOptions{})
-	for i := range 10 {
-		if out, err := svc.Bill(ctx, event(t, fmt.Sprintf("ord-%d", i))); err != nil || out != order.OutcomeCharged {
-			t.Fatalf("Bill() = %s, %v: billing must go on", out, err)
-		}
-		if _, err := relay.RunOnce(ctx); err == nil {
-			t.Fatal("RunOnce() with Kafka refusing: no error")
-		}
-	}
-	st, err := store.OutboxStats(ctx)
-	if err != nil || st.Pending != 10 || st.Oldest <= 0 {
-		t.Errorf("OutboxStats() = %+v, %v, want 10 waiting, the oldest aged", st, err)
-	}
-	ok := &recordingPublisher{}
-	publishAll(ctx, t, store, ok)
-	if n := len(ok.published()); n != 10 {
-		t.Errorf("published %d once Kafka took them, want 10", n)
 	}
 }
 
@@ -396,7 +302,7 @@ func TestPublishesOnlyDurableTransitions(t *testing.T) {
 	_, pool := pgtest.NewMigratedClusterWith(t, pgcluster.Options{Fsync: true,
 		Settings: map[string]string{"wal_writer_delay": "10s", "wal_writer_flush_after": "0"}})
 	store := postgres.NewStore(pool, postgres.WithEvents(true))
-	svc := order.NewBillingService(store, &fakeGateway{}, group)
+	svc := order.NewBillingService(store, &ledgertest.Gateway{}, group)
 	if out, err := svc.Bill(ctx, event(t, "ord-1")); err != nil || out != order.OutcomeCharged {
 		t.Fatalf("Bill() = %s, %v", out, err)
 	}

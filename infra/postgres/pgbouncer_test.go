@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/core/order/ledgertest"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/testkit/pgbouncertest"
 	"github.com/acme/billing/internal/testkit/pgtest"
@@ -82,7 +83,7 @@ func TestMaintainersThroughPgBouncer(t *testing.T) {
 	direct, dsn := pgtest.NewDB(t)
 	b := pgbouncertest.Start(t, dsn, pgbouncertest.Options{PoolSize: 4})
 	clk := newClock(future(10, 12))
-	var ms []*postgres.DedupMaintainer
+	var ms []*postgres.DedupMaintenance
 	for range 3 {
 		pool, err := postgres.NewPool(ctx, b.DSN(t, dsn), 2)
 		if err != nil {
@@ -102,9 +103,9 @@ func TestMaintainersThroughPgBouncer(t *testing.T) {
 		for _, m := range ms {
 			wg.Go(func() {
 				<-start
-				res, err := m.RunOnce(ctx)
+				res, err := m.Pass(ctx)
 				if err != nil {
-					t.Errorf("day %d: RunOnce() through PgBouncer error = %v", day, err)
+					t.Errorf("day %d: Pass() through PgBouncer error = %v", day, err)
 				}
 				mu.Lock()
 				created = append(created, res.Created...)
@@ -150,7 +151,7 @@ func TestRelayThroughPgBouncerOnOneServerConnection(t *testing.T) {
 	}
 	defer pool.Close()
 	store := postgres.NewStore(pool, postgres.WithEvents(true))
-	if out, err := order.NewBillingService(store, &fakeGateway{}, group).Bill(ctx, event(t, "ord-1")); err != nil || out != order.OutcomeCharged {
+	if out, err := order.NewBillingService(store, &ledgertest.Gateway{}, group).Bill(ctx, event(t, "ord-1")); err != nil || out != order.OutcomeCharged {
 		t.Fatalf("Bill() = %s, %v", out, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -2,7 +2,7 @@
 // embedded migrations, Store, which runs billing's transactions
 // (order.Ledger: Reserve and Settle, grouped across concurrent events) and
 // the pending completer's queries, the upkeep of processed_event's day partitions
-// (DedupMaintainer), and the translation of every driver error into order's
+// (DedupMaintenance), and the translation of every driver error into order's
 // typed errors at this edge (TranslateError).
 package postgres
 

@@ -7,60 +7,74 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/acme/billing/core/order"
 )
 
-// sqlResolve applies a person's decision to a held invoice ($1 the order,
-// $2 the new status, $3 the charge id): only while it is held and no
-// attempt is alive (held invoices have none; the check keeps the fence's
-// rule in this statement too). A decision writes the invoice event of its
-// status when $4 (publishing on). A resumed invoice is pending again under
-// its key, which publishes nothing: no attempt, due for the completer at
-// once, and its updated_at back to when its key started (key_sent_at), the
-// completer's and the gauges' clock.
-const sqlResolve = `WITH moved AS (
-		UPDATE invoice SET status = $2, charge_id = NULLIF($3, ''),
-			reason = CASE WHEN $2 = 'rejected' THEN 'rejected by a person (billing invoice resolve)' ELSE NULL END,
-			updated_at = CASE WHEN $2 = 'pending' THEN coalesce(key_sent_at, updated_at) ELSE now() END,
-			attempt_until = NULL, next_resume_at = NULL, resume_attempts = 0,
-			reopens = CASE WHEN $2 = 'pending' THEN reopens + 1 ELSE reopens END
-		WHERE order_id = $1 AND status = 'held' AND (attempt_until IS NULL OR attempt_until <= now())
-		RETURNING *
-	), resolved_event AS (
-		` + outboxInsert + `NULL FROM moved WHERE status <> 'pending' AND $4::boolean` + outboxOnConflict + `
-	)
-	SELECT ` + invoiceColumns + ` FROM moved`
-
-// Resolve applies d, a person's decision, to orderID's held invoice in one
-// transaction, and returns the invoice before and after. It refuses an
-// invoice that is not held (order.ErrNotHeld) and a resume of a key first
-// sent longer than holdAfter ago (order.ErrKeyTooOld); the invoice's row
-// lock makes a concurrent resolve, or any pod, see one decision or none.
+// Resolve applies d, a person's decision, to orderID's invoice in one
+// transaction, records it (who, when, the key, the status before and
+// after, the hold's reason, the note) and returns the invoice before and
+// after. It takes a held invoice, or a pending one whose key was first sent
+// more than holdAfter ago (the pending completer should have held it), and
+// only while it is under d.Key; a decision of reconciliation
+// (order.CommandReconcileResolveHeld) takes a held invoice only, and only
+// while its Reopens is d.Reopens. It refuses: an order without an invoice
+// (order.ErrNoInvoice), an invoice under another key (order.ErrOtherKey),
+// one that is neither held nor pending past holdAfter (order.ErrNotHeld), a
+// resume of a key first sent more than holdAfter ago (order.ErrKeyTooOld),
+// and a pending invoice whose attempt is alive (*order.AttemptBusyError:
+// its request may be at the gateway). The invoice's row lock makes a
+// concurrent resolve, or any pod, see one decision or none
+// (queries/resolve_read.sql, queries/resolve.sql).
 func (s *Store) Resolve(ctx context.Context, orderID string, d order.Resolution, holdAfter time.Duration) (before, after order.Invoice, err error) {
 	switch d.Status {
 	case order.StatusCharged, order.StatusDeclined, order.StatusRejected, order.StatusPending:
 	default:
 		return before, after, fmt.Errorf("resolve order %s: %q is not a decision", orderID, d.Status)
 	}
+	command := d.Command
+	if command == "" {
+		command = order.CommandInvoiceResolve
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var aged bool
-		before, err = scanInvoice(tx.QueryRow(ctx, `SELECT `+invoiceColumns+`,
-				coalesce(key_sent_at <= now() - make_interval(secs => $2::float8), false)
-			FROM invoice WHERE order_id = $1 FOR UPDATE`, orderID, seconds(holdAfter)), &aged)
+		var (
+			aged bool
+			wait float64
+		)
+		before, err = scanInvoice(tx.QueryRow(ctx, stmts.resolveRead, orderID, seconds(holdAfter)), &aged, &wait)
+		aged = aged && holdAfter > 0
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return order.ErrNoInvoice
 		case err != nil:
 			return err
-		case before.Status != order.StatusHeld:
+		case before.EventID != d.Key:
+			return fmt.Errorf("its key is %s, not %s: %w", before.EventID, d.Key, order.ErrOtherKey)
+		case command == order.CommandReconcileResolveHeld && before.Status != order.StatusHeld:
+			// Reconciliation settles held invoices only: a pending one past
+			// half of its key's lifetime is a person's to look at.
 			return fmt.Errorf("it is %s: %w", before.Status, order.ErrNotHeld)
-		case d.Status == order.StatusPending && holdAfter > 0 && aged:
-			return fmt.Errorf("key first sent %s: %w", before.KeySentAt.UTC().Format(time.RFC3339), order.ErrKeyTooOld)
+		case command == order.CommandReconcileResolveHeld && before.Reopens != d.Reopens:
+			return fmt.Errorf("it was resumed under its key since its records were read (reopens %d, read at %d): %w",
+				before.Reopens, d.Reopens, order.ErrOtherKey)
+		case before.Status == order.StatusPending && !aged:
+			return fmt.Errorf("it is pending, its key first sent %s, and the service still resumes it: %w",
+				sentAt(before), order.ErrNotHeld)
+		case before.Status != order.StatusHeld && before.Status != order.StatusPending:
+			return fmt.Errorf("it is %s: %w", before.Status, order.ErrNotHeld)
+		case d.Status == order.StatusPending && aged:
+			return fmt.Errorf("key first sent %s: %w", sentAt(before), order.ErrKeyTooOld)
+		case wait > 0:
+			return &order.AttemptBusyError{OrderID: orderID, Wait: fromSeconds(wait)}
 		}
-		after, err = scanInvoice(tx.QueryRow(ctx, sqlResolve, orderID, string(d.Status), d.ChargeID, s.publish))
+		after, err = scanInvoice(tx.QueryRow(ctx, stmts.resolve, orderID, string(d.Status), d.ChargeID,
+			pgtype.UUID{Bytes: d.Key, Valid: true}, seconds(holdAfter), d.By, command, d.Note,
+			string(before.Status), before.Reason, s.publish))
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("an attempt of it is alive: %w", order.ErrNotHeld)
+			// The row is locked and every condition was checked on it: only
+			// the clock (an attempt alive by now()) can disagree.
+			return &order.AttemptBusyError{OrderID: orderID}
 		}
 		return err
 	})
@@ -68,4 +82,12 @@ func (s *Store) Resolve(ctx context.Context, orderID string, d order.Resolution,
 		return order.Invoice{}, order.Invoice{}, translate(ctx, fmt.Errorf("resolve order %s: %w", orderID, err))
 	}
 	return before, after, nil
+}
+
+// sentAt is when inv's key was first sent, for an error.
+func sentAt(inv order.Invoice) string {
+	if inv.KeySentAt.IsZero() {
+		return "never"
+	}
+	return inv.KeySentAt.UTC().Format(time.RFC3339)
 }

@@ -1,10 +1,16 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
@@ -56,7 +62,9 @@ func TestResolve(t *testing.T) {
 				tt.keyAge.Seconds()); err != nil {
 				t.Fatal(err)
 			}
-			before, after, err := store.Resolve(ctx, "ord-1", tt.decision, holdAfter)
+			d := tt.decision
+			d.Key, d.By = inv.EventID, "alice"
+			before, after, err := store.Resolve(ctx, "ord-1", d, holdAfter)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Resolve() error = %v, want %v", err, tt.wantErr)
 			}
@@ -93,37 +101,198 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-// TestResolveRefusesWhatIsNotHeld: only a held invoice is a person's to
-// decide; two people deciding at once make one decision.
+// TestResolveRefusesWhatIsNotHeld: only a held invoice, or a pending one
+// past half of its key's lifetime, is a person's to decide; two people
+// deciding at once make one decision.
 func TestResolveRefusesWhatIsNotHeld(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	pool, _ := pgtest.NewDB(t)
 	store := postgres.NewStore(pool)
-	charged := order.Resolution{Status: order.StatusCharged, ChargeID: "ch"}
+	charged := order.Resolution{Status: order.StatusCharged, ChargeID: "ch", By: "alice"}
 	if _, _, err := store.Resolve(ctx, "ord-none", charged, time.Hour); !errors.Is(err, order.ErrNoInvoice) {
 		t.Errorf("Resolve(no invoice) error = %v, want ErrNoInvoice", err)
 	}
-	if _, err := store.Reserve(ctx, pendingInvoice("ord-pending", newEventID(t)), group, terms); err != nil {
+	r, err := store.Reserve(ctx, pendingInvoice("ord-pending", newEventID(t)), group, terms)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.Resolve(ctx, "ord-pending", charged, time.Hour); !errors.Is(err, order.ErrNotHeld) {
-		t.Errorf("Resolve(pending) error = %v, want ErrNotHeld", err)
+	young := charged
+	young.Key = r.Invoice.EventID
+	if _, _, err := store.Resolve(ctx, "ord-pending", young, time.Hour); !errors.Is(err, order.ErrNotHeld) {
+		t.Errorf("Resolve(pending, its key young) error = %v, want ErrNotHeld", err)
 	}
-	if _, _, err := store.Resolve(ctx, "ord-pending", order.Resolution{Status: order.StatusHeld}, time.Hour); err == nil {
+	if _, _, err := store.Resolve(ctx, "ord-pending", order.Resolution{Status: order.StatusHeld, Key: r.Invoice.EventID, By: "alice"}, time.Hour); err == nil {
 		t.Error("Resolve(to held) accepted")
 	}
 
-	heldInvoice(t, store, "ord-held")
+	inv := heldInvoice(t, store, "ord-held")
 	var (
 		wg   sync.WaitGroup
 		errs [2]error
 	)
-	for i, d := range []order.Resolution{charged, {Status: order.StatusRejected}} {
+	for i, d := range []order.Resolution{charged, {Status: order.StatusRejected, By: "bob"}} {
+		d.Key = inv.EventID
 		wg.Go(func() { _, _, errs[i] = store.Resolve(ctx, "ord-held", d, time.Hour) })
 	}
 	wg.Wait()
 	if (errs[0] == nil) == (errs[1] == nil) || (!errors.Is(errs[0], order.ErrNotHeld) && !errors.Is(errs[1], order.ErrNotHeld)) {
 		t.Errorf("two resolves at once: errors %v, %v; want one decision and one ErrNotHeld", errs[0], errs[1])
+	}
+}
+
+// decisionRow is one row of the decision table.
+type decisionRow struct {
+	By, Command, OrderID, Key, Before, After, ChargeID, ReasonBefore, Note string
+}
+
+// decisionsOf returns the decisions on orderID, oldest first.
+func decisionsOf(ctx context.Context, t *testing.T, pool *pgxpool.Pool, orderID string) []decisionRow {
+	t.Helper()
+	rows, _ := pool.Query(ctx, `SELECT decided_by, command, order_id, idempotency_key::text, status_before, status_after,
+			coalesce(charge_id, ''), coalesce(reason_before, ''), coalesce(note, '')
+		FROM decision WHERE order_id = $1 ORDER BY id`, orderID)
+	ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (decisionRow, error) {
+		var d decisionRow
+		err := row.Scan(&d.By, &d.Command, &d.OrderID, &d.Key, &d.Before, &d.After, &d.ChargeID, &d.ReasonBefore, &d.Note)
+		return d, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// TestResolvePendingPastHalfTheKeyTTL: BillingInvoicesPendingKeyExpiring's
+// runbook records the gateway's records on a pending invoice whose key is
+// past half of BILLING_GATEWAY_KEY_TTL when no completer holds it. Today's
+// main refused it: "invoice is not held".
+func TestResolvePendingPastHalfTheKeyTTL(t *testing.T) {
+	t.Parallel()
+	const holdAfter = 12 * time.Hour
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool, postgres.WithEvents(true))
+	r, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group, terms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := r.Invoice.EventID
+	// Its key sent 13 hours ago, and its attempt still alive: the request
+	// may be at the gateway, so no decision yet.
+	if _, err := pool.Exec(ctx, `UPDATE invoice SET key_sent_at = now() - interval '13 hours', updated_at = now() - interval '13 hours',
+			attempt_until = now() + interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	rejected := order.Resolution{Status: order.StatusRejected, Key: key, By: "alice", Note: "no charge at the gateway under the key"}
+	if _, _, err := store.Resolve(ctx, "ord-1", rejected, holdAfter); !errors.As(err, new(*order.AttemptBusyError)) {
+		t.Fatalf("Resolve(pending, its attempt alive) error = %v, want an AttemptBusyError", err)
+	}
+	// The attempt ended without an answer (a timeout): the person decides.
+	if _, err := pool.Exec(ctx, `UPDATE invoice SET attempt_until = now() - interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	resume := rejected
+	resume.Status = order.StatusPending
+	if _, _, err := store.Resolve(ctx, "ord-1", resume, holdAfter); !errors.Is(err, order.ErrKeyTooOld) {
+		t.Errorf("Resolve(--resume, pending past half the TTL) error = %v, want ErrKeyTooOld", err)
+	}
+	before, after, err := store.Resolve(ctx, "ord-1", rejected, holdAfter)
+	if err != nil {
+		t.Fatalf("Resolve(--rejected, pending past half the TTL) = %v", err)
+	}
+	if before.Status != order.StatusPending || after.Status != order.StatusRejected || after.EventID != key {
+		t.Errorf("Resolve() = before %s, after %s under %s; want pending, then rejected under %s", before.Status, after.Status, after.EventID, key)
+	}
+	want := []decisionRow{{By: "alice", Command: order.CommandInvoiceResolve, OrderID: "ord-1", Key: key.String(),
+		Before: "pending", After: "rejected", Note: rejected.Note}}
+	if got := decisionsOf(ctx, t, pool, "ord-1"); !slices.Equal(got, want) {
+		t.Errorf("decisions = %+v, want %+v", got, want)
+	}
+	var status string
+	if err := pool.QueryRow(ctx, `SELECT status FROM invoice_outbox WHERE order_id = 'ord-1'`).Scan(&status); err != nil || status != "rejected" {
+		t.Errorf("outbox = %q, %v; want the InvoiceRejected event", status, err)
+	}
+	// The attempt that ended unanswered is in the invoice's history.
+	var answers []string
+	if err := pool.QueryRow(ctx, `SELECT answers FROM invoice WHERE order_id = 'ord-1'`).Scan(&answers); err != nil ||
+		len(answers) != 1 || !strings.HasSuffix(answers[0], key.String()+" "+order.AnswerNone) {
+		t.Errorf("answers = %q, %v; want the attempt that ended unanswered", answers, err)
+	}
+}
+
+// TestResolveAppliesToTheKeyLookedAt: a decision names the key whose
+// gateway records the person read; the same decision applied to the
+// order's later attempt, under another key, is refused.
+func TestResolveAppliesToTheKeyLookedAt(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool)
+	k1 := heldInvoice(t, store, "ord-1").EventID
+	// A person rejects K1's hold; the order's next event reopens it under
+	// K2, which is held in turn.
+	if _, _, err := store.Resolve(ctx, "ord-1", order.Resolution{Status: order.StatusRejected, Key: k1, By: "alice"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.Reserve(ctx, pendingInvoice("ord-1", newEventID(t)), group, terms)
+	if err != nil || !r.Reopened {
+		t.Fatalf("Reserve() = %+v, %v; want the order reopened", r, err)
+	}
+	k2 := r.Invoice.EventID
+	if ok, err := store.Settle(ctx, order.Settlement{OrderID: "ord-1", Key: k2, Attempt: r.Attempt, Status: order.StatusHeld,
+		Reason: order.ReasonKeyReused, Answer: "422"}); err != nil || !ok {
+		t.Fatalf("Settle(held) = %v, %v", ok, err)
+	}
+	// A second person (or the first one's retried runbook step) applies
+	// what K1's records showed.
+	_, _, err = store.Resolve(ctx, "ord-1", order.Resolution{Status: order.StatusCharged, ChargeID: "ch_k1", Key: k1, By: "bob"}, time.Hour)
+	if !errors.Is(err, order.ErrOtherKey) || !strings.Contains(err.Error(), k2.String()) {
+		t.Errorf("Resolve(key K1, invoice under K2) error = %v, want ErrOtherKey naming %s", err, k2)
+	}
+	if got := invoiceOf(ctx, t, store, "ord-1"); got.Status != order.StatusHeld || got.EventID != k2 {
+		t.Errorf("invoice = %s under %s, want still held under K2", got.Status, got.EventID)
+	}
+	if got := decisionsOf(ctx, t, pool, "ord-1"); len(got) != 1 || got[0].Key != k1.String() {
+		t.Errorf("decisions = %+v, want alice's on K1 only", got)
+	}
+}
+
+// TestResolveKeepsTheHoldsReason: --charged and --declined keep the
+// invoice's reason, and the decision keeps the hold's reason whatever the
+// invoice's becomes; decisions are never changed or removed.
+func TestResolveKeepsTheHoldsReason(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool, _ := pgtest.NewDB(t)
+	store := postgres.NewStore(pool)
+	for _, st := range []order.InvoiceStatus{order.StatusCharged, order.StatusDeclined, order.StatusRejected} {
+		orderID := "ord-" + string(st)
+		inv := heldInvoice(t, store, orderID)
+		d := order.Resolution{Status: st, Key: inv.EventID, By: "carol", Note: "gateway dashboard, charge list of the day"}
+		if st == order.StatusCharged {
+			d.ChargeID = "ch_found"
+		}
+		_, after, err := store.Resolve(ctx, orderID, d, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantReason := order.ReasonKeyReused
+		if st == order.StatusRejected {
+			wantReason = "rejected by a person (billing invoice resolve)"
+		}
+		if after.Reason != wantReason {
+			t.Errorf("%s: reason after = %q, want %q", st, after.Reason, wantReason)
+		}
+		got := decisionsOf(ctx, t, pool, orderID)
+		if len(got) != 1 || got[0].ReasonBefore != order.ReasonKeyReused || got[0].Before != "held" || got[0].After != string(st) ||
+			got[0].ChargeID != d.ChargeID || got[0].By != "carol" || got[0].Note != d.Note {
+			t.Errorf("%s: decisions = %+v, want carol's, held to %s, with the hold's reason and her note", st, got, st)
+		}
+	}
+	for _, stmt := range []string{`UPDATE decision SET decided_by = 'mallory'`, `DELETE FROM decision`, `TRUNCATE decision`} {
+		if _, err := pool.Exec(ctx, stmt); err == nil {
+			t.Errorf("%s: accepted, want the decisions kept", stmt)
+		}
 	}
 }

@@ -30,7 +30,7 @@ const (
 //
 // Reserve and Settle are grouped: the calls of concurrent events that queue
 // while earlier groups are at the server go as one set-based statement and
-// one commit (grouper, sqlReserveGroup, sqlSettleGroup). Each event keeps
+// one commit (grouper; queries/reserve_group.sql, queries/settle_group.sql). Each event keeps
 // its own dedup row, invoice and answer; a group that fails is sent again
 // one event at a time, so a failure stays the event's own. With few events
 // in flight a call finds a runner free and goes alone at once: grouping
@@ -40,7 +40,6 @@ const (
 // connections (config.DefaultDBMaxConns).
 type Store struct {
 	pool     *pgxpool.Pool
-	policy   order.RetryPolicy // its InPlace schedule: retry
 	reserves *grouper[reserveReq, order.Reservation]
 	settles  *grouper[settleReq, bool]
 	// publish: every transition writes its invoice event to the outbox
@@ -55,22 +54,14 @@ type StoreOption func(*storeOptions)
 
 type storeOptions struct {
 	publish  bool
-	policy   *order.RetryPolicy
 	groups   int
 	maxGroup int
 	observe  func(op string, events int)
 }
 
-// WithRetryPolicy makes the store run a transaction again after a
-// serialization failure or deadlock on p's in-place schedule
-// (order.NewRetryPolicy's by default).
-func WithRetryPolicy(p order.RetryPolicy) StoreOption {
-	return func(o *storeOptions) { o.policy = &p }
-}
-
 // WithEvents makes every transition of an invoice into charged, declined,
 // rejected or held write its invoice event to the outbox, in the
-// transition's own statement (CONTRACT.md §9). Off by default.
+// transition's own statement (docs/interface.md §9). Off by default.
 func WithEvents(on bool) StoreOption { return func(o *storeOptions) { o.publish = on } }
 
 // WithGroupObserver has observe told the size of each group sent, op being
@@ -104,10 +95,7 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 	if o.groups <= 0 {
 		o.groups = defaultGroups(int(pool.Config().MaxConns))
 	}
-	s := &Store{pool: pool, policy: order.NewRetryPolicy(), publish: o.publish}
-	if o.policy != nil {
-		s.policy = *o.policy
-	}
+	s := &Store{pool: pool, publish: o.publish}
 	observe := func(op string) func(int) {
 		if o.observe == nil {
 			return nil
@@ -127,6 +115,15 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 		key: func(r settleReq) []string { return []string{r.OrderID} },
 	}
 	return s
+}
+
+// Close waits for the goroutines that send the grouped reserves and
+// settles, and makes every later Reserve or Settle fail as a Postgres
+// outage. Call it once the store's callers are done, before the pool
+// closes (internal/app does, in Close). It does not close the pool.
+func (s *Store) Close() {
+	s.reserves.close()
+	s.settles.close()
 }
 
 type reserveReq struct {
@@ -172,7 +169,7 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 
 // reserveGroup runs the reserve transaction of reqs (distinct orders and
 // event ids, one consumer group, one set of terms) in one round trip:
-// sqlReserveGroup, then the read of their invoices FOR UPDATE, in one
+// reserve_group, then the read of their invoices FOR UPDATE, in one
 // pipeline (a pgx batch) that Postgres runs as one implicit transaction,
 // committed at its Sync, rolled back whole if either statement fails. Rows
 // are sent in order_id order, so that concurrent groups lock invoices in
@@ -205,12 +202,12 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 			// A group of one (every event, while they are few) as the
 			// per-event statement: for one row the set-based one costs
 			// the server more (bench: the two pgbench ceilings at G 1).
-			b.Queue(sqlReserveOne, orders[0], events[0], customers[0], amounts[0], currencies[0], attempts[0], reqs[0].group,
+			b.Queue(stmts.reserveOne, orders[0], events[0], customers[0], amounts[0], currencies[0], attempts[0], reqs[0].group,
 				life, holdAfter, order.ReasonKeyAged, s.publish).
 				QueryRow(func(row pgx.Row) error { return row.Scan(&out[0].FirstSeen, &out[0].Reopened, &out[0].Held) })
 		} else {
-			b.Queue(sqlReservePrelude)
-			b.Queue(sqlReserveGroup, orders, events, customers, amounts, currencies, attempts, reqs[0].group,
+			b.Queue(stmts.reservePrelude)
+			b.Queue(stmts.reserveGroup, orders, events, customers, amounts, currencies, attempts, reqs[0].group,
 				life, holdAfter, order.ReasonKeyAged, s.publish).Query(func(rows pgx.Rows) error {
 				var (
 					orderID                   string
@@ -227,7 +224,7 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 				return err
 			})
 		}
-		b.Queue(sqlInvoicesForUpdate, orders).Query(func(rows pgx.Rows) error {
+		b.Queue(stmts.invoicesForUpdate, orders).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var (
 					attempt int64
@@ -242,12 +239,14 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 					return fmt.Errorf("reserve read order %q, which it was not sent", inv.OrderID)
 				}
 				out[i].Invoice, out[i].Found = inv, true
-				if inv.Status == order.StatusPending {
-					if attempt == reqs[i].attempt {
-						out[i].Attempt = attempt
-					} else {
-						out[i].Wait = fromSeconds(wait)
-					}
+				switch {
+				case inv.Status == order.StatusPending && attempt == reqs[i].attempt:
+					out[i].Attempt = attempt
+				case inv.Status == order.StatusPending, inv.Status == order.StatusRejected:
+					// A rejected invoice's attempt is alive only when a
+					// release without the fence wrote beside this one
+					// (migrations/0006): it is reopened once that ends.
+					out[i].Wait = fromSeconds(wait)
 				}
 			}
 			return rows.Err()
@@ -260,7 +259,7 @@ func (s *Store) reserveGroup(ctx context.Context, q batchSender, reqs []reserveR
 // fromSeconds is a statement's seconds as a Duration.
 func fromSeconds(s float64) time.Duration { return time.Duration(max(s, 0) * float64(time.Second)) }
 
-// TakeAttempt is order.Ledger's TakeAttempt: sqlTakeAttempt and the read of
+// TakeAttempt is order.Ledger's TakeAttempt: take_attempt and the read of
 // the invoice, one pipeline, one transaction. Not grouped: the pending
 // completer takes one invoice at a time, far from the hot path.
 func (s *Store) TakeAttempt(ctx context.Context, orderID string, key uuid.UUID, terms order.AttemptTerms) (order.Take, error) {
@@ -269,9 +268,9 @@ func (s *Store) TakeAttempt(ctx context.Context, orderID string, key uuid.UUID, 
 	err := s.retry(ctx, func(ctx context.Context) error {
 		t = order.Take{}
 		b := &pgx.Batch{}
-		b.Queue(sqlTakeAttempt, orderID, pgtype.UUID{Bytes: key, Valid: true}, attempt, seconds(terms.Life), seconds(terms.HoldAfter),
+		b.Queue(stmts.takeAttempt, orderID, pgtype.UUID{Bytes: key, Valid: true}, attempt, seconds(terms.Life), seconds(terms.HoldAfter),
 			order.ReasonKeyAged, s.publish).QueryRow(func(row pgx.Row) error { return row.Scan(&t.Held) })
-		b.Queue(sqlInvoicesForUpdate, []string{orderID}).Query(func(rows pgx.Rows) error {
+		b.Queue(stmts.invoicesForUpdate, []string{orderID}).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var (
 					got  int64
@@ -301,8 +300,8 @@ func (s *Store) TakeAttempt(ctx context.Context, orderID string, key uuid.UUID, 
 }
 
 // Release is order.Ledger's Release.
-func (s *Store) Release(ctx context.Context, orderID string, key uuid.UUID, attempt int64) error {
-	if _, err := s.pool.Exec(ctx, sqlReleaseAttempt, orderID, pgtype.UUID{Bytes: key, Valid: true}, attempt); err != nil {
+func (s *Store) Release(ctx context.Context, orderID string, key uuid.UUID, attempt int64, answer string) error {
+	if _, err := s.pool.Exec(ctx, stmts.releaseAttempt, orderID, pgtype.UUID{Bytes: key, Valid: true}, attempt, answer); err != nil {
 		return translate(ctx, fmt.Errorf("release the attempt of order %s: %w", orderID, err))
 	}
 	return nil
@@ -324,7 +323,7 @@ func byOrderID(n int, orderID func(i int) string) []int {
 var errNotFinal = errors.New("status is not final")
 
 // settleReq is a settle and the trace of the event that caused it, which
-// its invoice event carries (CONTRACT.md §9).
+// its invoice event carries (docs/interface.md §9).
 type settleReq struct {
 	order.Settlement
 	traceparent string
@@ -364,7 +363,7 @@ func traceParent(ctx context.Context) string {
 }
 
 // settleGroup moves each invoice of reqs (distinct orders) from pending
-// under its key to its final status in one statement (sqlSettleGroup),
+// under its key to its final status in one statement (settle_group),
 // committed without waiting for its WAL flush, and reports which it moved:
 // false when one was already final, holds another key (reopened since), or
 // does not exist. The error is not translated.
@@ -386,7 +385,7 @@ func traceParent(ctx context.Context) string {
 // order (a redelivery, a replay, a new event, the pending completer, once
 // the attempt has ended) takes the attempt under the recorded key, and the
 // gateway answers that key again as it did:
-//   - charged: the replay of the first execution (CONTRACT.md §6), with
+//   - charged: the replay of the first execution (docs/interface.md §6), with
 //     its charge id; settled again;
 //   - declined: the replay of the 402; settled again;
 //   - rejected: the gateway stored nothing for the 4xx, so the same key
@@ -416,22 +415,23 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq
 		charges  = make([]string, len(reqs))
 		reasons  = make([]string, len(reqs))
 		causes   = make([]string, len(reqs))
+		answers  = make([]string, len(reqs))
 		byOrder  = make(map[string]int, len(reqs))
 	)
 	for j, i := range idx {
 		r := reqs[i]
-		orders[j], keys[j], attempts[j], statuses[j], charges[j], reasons[j], causes[j] =
-			r.OrderID, pgtype.UUID{Bytes: r.Key, Valid: true}, r.Attempt, string(r.Status), r.ChargeID, r.Reason, r.traceparent
+		orders[j], keys[j], attempts[j], statuses[j], charges[j], reasons[j], causes[j], answers[j] =
+			r.OrderID, pgtype.UUID{Bytes: r.Key, Valid: true}, r.Attempt, string(r.Status), r.ChargeID, r.Reason, r.traceparent, r.Answer
 		byOrder[r.OrderID] = i
 	}
 	out := make([]bool, len(reqs))
 	err := s.retry(ctx, func(ctx context.Context) error {
 		clear(out)
 		b := &pgx.Batch{}
-		b.Queue(sqlSettlePrelude)
+		b.Queue(stmts.settlePrelude)
 		if len(reqs) == 1 {
 			// As in reserveGroup: one row, the per-event statement.
-			b.Queue(sqlSettleOne, orders[0], keys[0], attempts[0], statuses[0], charges[0], reasons[0], causes[0], s.publish).
+			b.Queue(stmts.settleOne, orders[0], keys[0], attempts[0], statuses[0], charges[0], reasons[0], causes[0], s.publish, answers[0]).
 				QueryRow(func(row pgx.Row) error {
 					var n int
 					err := row.Scan(&n)
@@ -440,7 +440,7 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq
 				})
 			return q.SendBatch(ctx, b).Close()
 		}
-		b.Queue(sqlSettleGroup, orders, keys, attempts, statuses, charges, reasons, causes, s.publish).Query(func(rows pgx.Rows) error {
+		b.Queue(stmts.settleGroup, orders, keys, attempts, statuses, charges, reasons, causes, s.publish, answers).Query(func(rows pgx.Rows) error {
 			var orderID string
 			_, err := pgx.ForEachRow(rows, []any{&orderID}, func() error {
 				i, ok := byOrder[orderID]
@@ -457,17 +457,37 @@ func (s *Store) settleGroup(ctx context.Context, q batchSender, reqs []settleReq
 	return out, err
 }
 
+// txRuns is how many times in all retry runs a transaction the server
+// rolled back for a conflict; then the event fails as a TransientError and
+// the consumer's retry policy takes over.
+const txRuns = 3
+
+// conflictBackoff spaces those runs: long enough for the conflicting
+// transaction to finish, short next to an event's handling time; three
+// runs never reach its Max.
+var conflictBackoff = order.Backoff{Min: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+
+// conflictDelay answers for a transaction rolled back for a conflict on its
+// run-th run (1 for the first): whether to run it again, and after about how
+// long (retry jitters it). false: give up.
+func conflictDelay(run int) (time.Duration, bool) {
+	if run >= txRuns {
+		return 0, false
+	}
+	return conflictBackoff.Delay(run - 1), true
+}
+
 // retry runs one transaction attempt, and again after a serialization
-// failure or deadlock (and the DEFAULT-partition race), as the retry
-// policy's in-place schedule says, jittered, as long as ctx lasts. The
-// returned error is not translated.
+// failure or deadlock (and the DEFAULT-partition race), as conflictDelay
+// says, jittered, as long as ctx lasts. The returned error is not
+// translated.
 func (s *Store) retry(ctx context.Context, attempt func(ctx context.Context) error) error {
 	for n := 1; ; n++ {
 		err := attempt(ctx)
 		if err == nil {
 			return nil
 		}
-		base, again := s.policy.InPlaceDelay(n)
+		base, again := conflictDelay(n)
 		if !retryableInPlace(err) || !again || ctx.Err() != nil {
 			return err
 		}
@@ -503,7 +523,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Invoices returns every invoice ordered by order_id, for tests, the demo
 // and end-to-end checks.
 func (s *Store) Invoices(ctx context.Context) ([]order.Invoice, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT `+invoiceColumns+` FROM invoice ORDER BY order_id`)
+	rows, _ := s.pool.Query(ctx, stmts.invoicesAll)
 	invs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (order.Invoice, error) { return scanInvoice(row) })
 	if err != nil {
 		return nil, translate(ctx, fmt.Errorf("list invoices: %w", err))

@@ -160,9 +160,9 @@ func (t queryTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data p
 func batchStep(texts []string) string {
 	for _, q := range texts {
 		switch q {
-		case sqlReserveOne, sqlReserveGroup:
+		case stmts.reserveOne, stmts.reserveGroup:
 			return "reserve"
-		case sqlSettleOne, sqlSettleGroup:
+		case stmts.settleOne, stmts.settleGroup:
 			return "settle"
 		}
 	}

@@ -19,18 +19,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	kafkago "github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
 	httpgateway "github.com/acme/billing/adapters/out/http"
 	kafkapub "github.com/acme/billing/adapters/out/kafka"
+	"github.com/acme/billing/adapters/out/stripe"
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/health"
 	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/service"
+	"github.com/acme/billing/internal/service/completer"
+	"github.com/acme/billing/internal/service/maintainer"
+	"github.com/acme/billing/internal/service/relay"
 	"github.com/acme/billing/internal/version"
 )
 
@@ -49,6 +53,10 @@ type Tuning struct {
 	// system's roots); tests trust their stub's certificate with it, since
 	// credentials in BILLING_PAYMENT_BASE_URL need https.
 	GatewayTLS *tls.Config
+	// GateInterval is the interval of the release gate's checks of the
+	// groups (0: 3s); SwitchInterval that of the reads of the consumption
+	// switch (0: 2s). Both bound how soon every pod stops consuming.
+	GateInterval, SwitchInterval time.Duration
 }
 
 // App is one billing process: New builds it, Run runs it, Close releases
@@ -64,14 +72,20 @@ type App struct {
 	pool    *pgxpool.Pool
 	store   *postgres.Store
 	kc      *kafkaclient.Cluster
-	gateway *httpgateway.Client
-	pause   *kafkain.Pause
-	maint   *postgres.DedupMaintainer
+	gateway Gateway
+	pause   *health.Pause
+	maint   *maintainer.Maintainer
 	srv     *http.Server
 	ln      net.Listener
-	pending *order.PendingCompleter
+	pending *completer.Completer
 	billing *order.BillingService // the consumers' and the completer's
-	relay   *order.OutboxRelay    // nil when BILLING_PUBLISH_EVENTS=false
+	relay   *relay.Relay          // nil when BILLING_PUBLISH_EVENTS=false
+
+	// The reasons to stop consuming that keep the pod ready: the
+	// operator's switch (switchLoop) and the release gate.
+	hold     *kafkain.Hold
+	gate     *kafkain.ReleaseGate
+	pausedBy int64 // the id of the operator's pause the metrics show
 
 	cleanup   []func() // run in reverse by Close
 	closeOnce sync.Once
@@ -90,7 +104,8 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	}()
 	a.Metrics = metrics.New(a.reg, true)
 	bi := version.Get()
-	metrics.RegisterBuildInfo(a.reg, bi.Version, bi.Revision, bi.GoVersion)
+	metrics.RegisterBuildInfo(a.reg, metrics.BuildInfo{Version: version.Release, Revision: bi.Revision, GoVersion: bi.GoVersion,
+		Schema: postgres.Schema(), RunsBeside: version.RunsBeside})
 	a.Metrics.InFlight.WithLabelValues(cfg.KafkaTopic) // exported at 0 from the first scrape
 	a.Metrics.GatewayKeyTTL.Set(cfg.GatewayKeyTTL.Seconds())
 	a.Metrics.PendingResumeAfter.Set(cfg.PendingResumeAfter.Seconds())
@@ -102,6 +117,9 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	}
 	if a.tune.LagInterval == 0 {
 		a.tune.LagInterval = 15 * time.Second
+	}
+	if a.tune.SwitchInterval == 0 {
+		a.tune.SwitchInterval = 2 * time.Second
 	}
 
 	a.pool, err = postgres.OpenPool(ctx, cfg.DatabaseURL.Reveal(), cfg.DBMaxConns, postgres.WithTracerProvider(tune.Tracer))
@@ -117,15 +135,17 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 			Acquires: st.AcquireCount(), EmptyAcquires: st.EmptyAcquireCount(), EmptyAcquireWait: st.EmptyAcquireWaitTime(),
 		}
 	})
-	a.store = postgres.NewStore(pool, postgres.WithRetryPolicy(a.policy), postgres.WithEvents(cfg.PublishEvents),
+	a.store = postgres.NewStore(pool, postgres.WithEvents(cfg.PublishEvents),
 		postgres.WithGroupObserver(func(op string, n int) {
 			a.Metrics.DBGroupEvents.WithLabelValues(op).Observe(float64(n))
 		}))
-	a.maint, err = postgres.NewDedupMaintainer(pool, postgres.DedupOptions{
-		Retention: cfg.DedupRetention, Metrics: a.Metrics, Logger: log})
+	a.onClose(a.store.Close) // its grouped statements' goroutines, before the pool closes
+	dedup, err := postgres.NewDedupMaintenance(pool, postgres.DedupOptions{
+		Retention: cfg.DedupRetention, Metrics: a.Metrics.Maintenance()})
 	if err != nil {
 		return nil, err
 	}
+	a.maint = maintainer.New(dedup, maintainer.Options{Logger: log})
 
 	a.kc, err = kafkaclient.NewCluster(KafkaSettings(cfg))
 	if errors.Is(err, kafkaclient.ErrSASLCredentials) {
@@ -134,20 +154,25 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	a.gateway, err = httpgateway.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout,
-		httpgateway.WithMetrics(a.Metrics.PaymentRequests, a.Metrics.PaymentDuration),
-		httpgateway.WithIdleConns(max(cfg.MaxInFlight, 2)),
-		httpgateway.WithLogger(log),
-		httpgateway.WithTracerProvider(tune.Tracer),
-		httpgateway.WithTLSConfig(tune.GatewayTLS))
+	a.gateway, err = NewGateway(cfg, log, a.Metrics, tune)
 	if err != nil {
-		return nil, fmt.Errorf("payment client: %w", err)
+		return nil, err
 	}
 	a.onClose(a.gateway.CloseIdleConnections)
 
-	a.pause = kafkain.NewPause(a.Metrics.ConsumerPaused, log)
+	a.pause = health.NewPause(a.Metrics.Outage(), log)
 	a.pause.SetProbe(order.DependencyPostgres, a.store.Ping)
 	a.pause.SetProbe(order.DependencyKafka, a.kc.Ping)
+	terms := order.NewAttemptTerms(cfg.PaymentTimeout, cfg.GatewayKeyTTL)
+	a.hold = kafkain.NewHold(a.Metrics.Hold(), log)
+	describe, closeDescribe := a.kc.GroupDescriber()
+	a.onClose(closeDescribe)
+	a.gate = kafkain.NewReleaseGate(kafkain.DescribeWith(describe), a.hold, kafkain.GateOptions{
+		Groups:     a.groups(),
+		RunsBeside: version.RunsBeside,
+		Quiet:      terms.Life,
+		Every:      tune.GateInterval,
+	}, log)
 
 	if a.ln, err = new(net.ListenConfig).Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.HTTPAddr, err)
@@ -163,14 +188,9 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 		IdleTimeout:  2 * time.Minute,
 	}
 
-	a.billing = order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID,
-		order.WithAttemptTerms(order.NewAttemptTerms(cfg.PaymentTimeout, cfg.GatewayKeyTTL)))
-	a.pending = order.NewPendingCompleter(a.store, a.billing,
-		order.CompleterOptions{ResumeAfter: cfg.PendingResumeAfter, Logger: log, Stats: func(s order.PendingStats) {
-			a.Metrics.InvoicesPending.Set(float64(s.Count))
-			a.Metrics.PendingOldest.Set(s.Oldest.Seconds())
-			a.Metrics.InvoicesHeld.Set(float64(s.Held))
-		}})
+	a.billing = order.NewBillingService(a.store, a.gateway, cfg.KafkaGroupID, order.WithAttemptTerms(terms))
+	a.pending = completer.New(a.store, a.billing, completer.Options{ResumeAfter: cfg.PendingResumeAfter, Logger: log,
+		Metrics: a.Metrics.Completer(), Paused: a.hold.Held})
 	if cfg.PublishEvents {
 		writer, closeWriter := a.kc.NewWriter()
 		a.onClose(func() {
@@ -178,21 +198,47 @@ func New(ctx context.Context, cfg config.Config, tune Tuning, log *slog.Logger) 
 				log.Warn("close the invoice events' writer", slog.String("error", err.Error()))
 			}
 		})
-		a.relay = order.NewOutboxRelay(a.store, kafkapub.NewPublisher(writer, cfg.KafkaInvoiceTopic), order.RelayOptions{
-			Logger: log,
-			Published: func(events []order.InvoiceEvent, at time.Time) {
-				for _, e := range events {
-					a.Metrics.PublishedEvents.WithLabelValues(string(e.Type())).Inc()
-					a.Metrics.PublishLag.Observe(at.Sub(e.OccurredAt).Seconds())
-				}
-			},
-			Stats: func(s order.OutboxStats) {
-				a.Metrics.OutboxPending.Set(float64(s.Pending))
-				a.Metrics.OutboxOldest.Set(s.Oldest.Seconds())
-			},
-		})
+		a.relay = relay.New(a.store, kafkapub.NewPublisher(writer, cfg.KafkaInvoiceTopic), relay.Options{
+			Logger: log, Metrics: a.Metrics.Relay()})
 	}
 	return a, nil
+}
+
+// Gateway is what billing needs of a payment adapter, whichever provider:
+// charges, and the provider's records for reconciliation.
+type Gateway interface {
+	order.PaymentGateway
+	order.PaymentRecords
+	CloseIdleConnections()
+}
+
+// NewGateway builds the payment adapter BILLING_PAYMENT_PROVIDER names:
+// the generic client at BILLING_PAYMENT_BASE_URL, or Stripe's at
+// BILLING_STRIPE_API_BASE with BILLING_STRIPE_API_KEY. Both share the
+// request engine (httpgateway.Caller): timeout, breaker, metrics, tracing.
+// m may be nil (a command whose metrics nobody scrapes).
+func NewGateway(cfg config.Config, log *slog.Logger, m *metrics.Metrics, tune Tuning) (Gateway, error) {
+	opts := []httpgateway.Option{
+		httpgateway.WithIdleConns(max(cfg.MaxInFlight, 2)),
+		httpgateway.WithLogger(log),
+		httpgateway.WithTracerProvider(tune.Tracer),
+		httpgateway.WithTLSConfig(tune.GatewayTLS),
+	}
+	if m != nil {
+		opts = append(opts, httpgateway.WithMetrics(m.Gateway()))
+	}
+	if cfg.PaymentProvider == config.ProviderStripe {
+		c, err := stripe.New(cfg.StripeAPIBase, cfg.StripeAPIKey.Reveal(), cfg.PaymentTimeout, opts)
+		if err != nil {
+			return nil, fmt.Errorf("payment client: %w", err)
+		}
+		return c, nil
+	}
+	c, err := httpgateway.NewClient(cfg.PaymentBaseURL, cfg.PaymentTimeout, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("payment client: %w", err)
+	}
+	return c, nil
 }
 
 // retryPolicy is the process's one retry policy: the configured tier
@@ -232,9 +278,13 @@ func KafkaSettings(cfg config.Config) kafkaclient.Settings {
 	}
 }
 
-// Handler returns the HTTP handler of /metrics, /healthz and /readyz.
+// Handler returns the HTTP handler of /metrics, /healthz and /readyz, and
+// of /debug/pprof/ when BILLING_PPROF is on.
 func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if a.cfg.Pprof {
+		handlePprof(mux)
+	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -254,159 +304,14 @@ func (a *App) Handler() http.Handler {
 // no dependency is down. It answers from the state the consumers act on.
 func (a *App) Ready() (bool, string) { return a.pause.Ready() }
 
-// Run serves HTTP at once, waits for Postgres and Kafka (not ready
-// meanwhile), then consumes until ctx ends or a part fails (a consumer, a
-// background service that does not start, the HTTP server); the first
-// failure stops the rest. It stops in this order:
-//
-//  1. stop fetching;
-//  2. drain what is in flight, within BILLING_SHUTDOWN_TIMEOUT;
-//  3. final commit of each consumer (steps 1–3 are consume's);
-//  4. stop the background services, last started first: the outbox relay
-//     (after the final commit, so the events settled during the drain get
-//     a pass), the pending completer, the dedup maintenance;
-//  5. stop the probes and the lag loop (until the consumers are done, a
-//     held event may need a probe to resume);
-//  6. close the HTTP server (/metrics, /healthz and /readyz answer until
-//     here);
-//  7. close the pool and the rest of what New built (Close).
-//
-// It returns nil on a clean drain, else the first failure.
-func (a *App) Run(ctx context.Context) error {
-	defer a.Close() // 7.
-
-	// Start. What outlives the drain runs without ctx's end, until its
-	// stop below.
-	bg := context.WithoutCancel(ctx)
-	served := a.serveHTTP()
-	loopCtx, stopLoops := context.WithCancel(bg)
-	defer stopLoops()
-	var loops sync.WaitGroup // the probes and the lag loop
-	loops.Go(func() {
-		a.pause.Run(loopCtx, kafkain.ProbeOptions{Every: a.tune.ProbeInterval, WhilePaused: a.tune.ProbeInterval / 10})
-	})
-
-	// Run until ctx ends or a part fails. The consumers' end is the run's
-	// end: it ends the watch of the HTTP server too.
-	runCtx, endRun := context.WithCancel(ctx)
-	defer endRun()
-	g, gctx := errgroup.WithContext(runCtx)
-	g.Go(func() error { return served.failed(gctx) })
-	g.Go(func() error {
-		defer endRun()
-		if err := a.start(gctx); err != nil {
-			if gctx.Err() != nil {
-				return nil // stopped while waiting for a dependency
-			}
-			return err
-		}
-		if err := a.startBackground(bg); err != nil {
-			return err
-		}
-		loops.Go(func() { a.lagLoop(loopCtx) })
-		return a.consume(gctx) // 1.–3.
-	})
-	err := g.Wait()
-
-	// Ordered stops, after the consumers' final commit.
-	a.stopBackground() // 4.
-	stopLoops()        // 5.
-	loops.Wait()
-	if herr := a.shutdownHTTP(ctx, served); err == nil { // 6.
-		err = herr
-	}
-	a.log.Info("billing stopped")
-	return err
-}
-
-// backgroundService is a loop that runs beside the consumers, started
-// once they may start and stopped after their final commit.
-type backgroundService struct {
-	name string
-	svc  interface {
-		Start(context.Context) error
-		Stop()
-	}
-}
-
-// background lists the background services in start order: the dedup
-// maintenance, the pending completer and, when events are published, the
-// outbox relay. They stop in the reverse order.
-func (a *App) background() []backgroundService {
-	bs := []backgroundService{{"dedup maintenance", a.maint}, {"pending completer", a.pending}}
-	if a.relay != nil {
-		bs = append(bs, backgroundService{"outbox relay", a.relay})
-	}
-	return bs
-}
-
-// startBackground starts the background services under ctx; the first
-// that fails to start ends it (stopBackground stops those started).
-func (a *App) startBackground(ctx context.Context) error {
-	for _, b := range a.background() {
-		if err := b.svc.Start(ctx); err != nil {
-			return fmt.Errorf("%s: %w", b.name, err)
-		}
-	}
-	return nil
-}
-
-// stopBackground stops the background services, last started first, each
-// waiting for its pass in progress; a service not started is a no-op.
-func (a *App) stopBackground() {
-	bs := a.background()
-	for i := len(bs) - 1; i >= 0; i-- {
-		bs[i].svc.Stop()
-	}
-}
-
-// serving is the HTTP server's Serve, running in a goroutine of its own
-// until shutdownHTTP.
-type serving struct {
-	done chan struct{} // closed when Serve returned
-	err  error         // what Serve returned; read after done
-}
-
-// serveHTTP serves /metrics, /healthz and /readyz in a goroutine.
-func (a *App) serveHTTP() *serving {
-	s := &serving{done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		s.err = a.srv.Serve(a.ln)
-	}()
-	a.log.Info("http server listening", slog.String("http", a.ln.Addr().String()))
-	return s
-}
-
-// failed returns the HTTP server's failure if it stops serving before ctx
-// ends, nil when ctx ends first.
-func (s *serving) failed(ctx context.Context) error {
-	select {
-	case <-s.done:
-		return fmt.Errorf("http server: %w", s.err) // never ErrServerClosed: only shutdownHTTP makes that
-	case <-ctx.Done():
-		return nil
-	}
-}
-
-// shutdownHTTP shuts the HTTP server down, giving the requests in flight
-// a few seconds, waits for Serve to return and returns its failure, if any.
-func (a *App) shutdownHTTP(ctx context.Context, s *serving) error {
-	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = a.srv.Shutdown(shCtx)
-	<-s.done
-	if s.err != nil && !errors.Is(s.err, http.ErrServerClosed) {
-		return fmt.Errorf("http server: %w", s.err)
-	}
-	return nil
-}
-
-// start waits for Postgres (and applies or checks the migrations), then
-// for Kafka, then makes sure the routed topics exist. Unreachable
-// dependencies are waited for, logging, until ctx ends: a pod started
-// during an outage waits, not ready, rather than crash-looping. Refused
-// credentials, untrusted TLS and missing migrations end it.
+// start waits for Postgres (and applies or checks the migrations, and
+// reads the consumption switch), then for Kafka, then makes sure the
+// routed topics exist and looks at the groups' members (the release gate).
+// Unreachable dependencies are waited for, logging, until ctx ends: a pod
+// started during an outage waits, not ready, rather than crash-looping.
+// Refused credentials, untrusted TLS and missing migrations end it. Once
+// it returns, the switch and the gate say whether the process may consume
+// and send keys: a pod started while paused never fetches.
 func (a *App) start(ctx context.Context) error {
 	if err := a.waitFor(ctx, order.DependencyPostgres, a.startPostgres, postgresFatal); err != nil {
 		return err
@@ -417,6 +322,7 @@ func (a *App) start(ctx context.Context) error {
 	if err := a.ensureTopics(ctx); err != nil {
 		a.log.Warn("could not ensure retry and DLQ topics; continuing", slog.String("error", err.Error()))
 	}
+	a.gate.Prime(ctx)
 	a.pause.Started()
 	return nil
 }
@@ -427,7 +333,17 @@ func (a *App) startPostgres(ctx context.Context) error {
 		return err
 	}
 	if a.cfg.MigrateOnStart {
-		if err := postgres.Migrate(ctx, a.pool); err != nil {
+		// On a pool of its own: the service's may be of one connection,
+		// and a no-transaction migration needs two.
+		// A database that could not be rolled back afterwards is a
+		// person's decision: `billing migrate --allow-no-rollback`.
+		refuse := func(applied []postgres.AppliedMigration) string {
+			return version.RollbackRefusal(postgres.SchemaBefore(applied, version.Release))
+		}
+		if err := postgres.MigrateURL(ctx, a.cfg.DatabaseURL.Reveal(), postgres.WithMigrateLog(a.log), postgres.WithRefusal(refuse)); err != nil {
+			if refused, ok := errors.AsType[*postgres.RefusedError](err); ok {
+				return fmt.Errorf("migrate on start: %s; run billing migrate --allow-no-rollback to migrate anyway", refused.Reason)
+			}
 			return fmt.Errorf("migrate on start: %w", err)
 		}
 	}
@@ -438,11 +354,19 @@ func (a *App) startPostgres(ctx context.Context) error {
 	if len(pending) > 0 {
 		return fmt.Errorf("migrations missing (%s): run `billing migrate` or set BILLING_MIGRATE_ON_START=true", strings.Join(pending, ", "))
 	}
-	return nil
+	return a.readSwitch(ctx)
 }
 
 // startAttemptTimeout bounds one attempt to reach a dependency at start.
 const startAttemptTimeout = 30 * time.Second
+
+// StartupBackoff spaces the attempts to reach a dependency when a process
+// starts (`billing run`, `billing migrate --wait`): long enough not to
+// hammer a dependency that is down, short enough that a pod is ready soon
+// after it comes back.
+func StartupBackoff() order.Backoff {
+	return order.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}
+}
 
 // waitFor runs check until it succeeds, fatal says its error cannot be
 // waited out, or ctx ends. Meanwhile dep is down in the pause, so /readyz
@@ -470,11 +394,7 @@ func (a *App) waitFor(ctx context.Context, dep order.Dependency, check func(cont
 		}
 		a.pause.Outage(dep, err)
 		a.log.Warn("waiting for "+string(dep), slog.Int("attempt", attempt), slog.String("error", err.Error()))
-		t := time.NewTimer(a.policy.Startup.Delay(attempt - 1))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !service.Sleep(ctx, StartupBackoff().Delay(attempt-1)) {
 			return ctx.Err()
 		}
 	}
@@ -496,8 +416,7 @@ func postgresFatal(err error) error {
 func (a *App) kafkaFatal(err error) error {
 	var certErr *tls.CertificateVerificationError
 	switch {
-	case errors.Is(err, kafkago.SASLAuthenticationFailed), errors.Is(err, kafkago.IllegalSASLState),
-		errors.Is(err, kafkago.UnsupportedSASLMechanism):
+	case kafkaclient.SASLRefused(err):
 		return fmt.Errorf("kafka: SASL authentication failed for user %q: check BILLING_KAFKA_SASL_USERNAME, BILLING_KAFKA_SASL_PASSWORD and BILLING_KAFKA_SASL_MECHANISM", a.cfg.KafkaSASLUsername)
 	case errors.As(err, &certErr):
 		return fmt.Errorf("kafka: TLS certificate not trusted (%w): check BILLING_KAFKA_TLS_CA_FILE", certErr.Err)
@@ -505,28 +424,10 @@ func (a *App) kafkaFatal(err error) error {
 	return nil
 }
 
-// consume runs one consumer per topic (the main one and each tier) until
-// ctx ends or one fails, which stops the others; each drains and makes its
-// final commit before the readers and the writer close.
-func (a *App) consume(ctx context.Context) error {
-	consumers, closeAll, err := a.newConsumers(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	a.log.Info("billing started", slog.String("topic", a.cfg.KafkaTopic), slog.String("group", a.cfg.KafkaGroupID),
-		slog.Int("max_in_flight", a.cfg.MaxInFlight), slog.String("http", a.ln.Addr().String()))
-	g, gctx := errgroup.WithContext(ctx)
-	for _, c := range consumers {
-		g.Go(func() error { return c.Run(gctx) })
-	}
-	return g.Wait()
-}
-
 // newConsumers builds the consumers of the main topic and the tiers, and a
-// function that closes their readers and the routing writer. Readers are
-// built here rather than in New: a group reader joins its group at once,
-// and a process that is still waiting for Postgres must not hold partitions.
+// function that closes their groups and the routing writer. Each joins its
+// group (announcing this release, kafkain.WithAnnouncement) once the hold
+// is open, and leaves it while consumption is held.
 func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func(), error) {
 	cfg := a.cfg
 	writer, closeWriter := a.kc.NewWriter()
@@ -534,13 +435,19 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func(), er
 	for i := range cfg.RetryDelays {
 		routes.RetryTopics = append(routes.RetryTopics, cfg.RetryTopic(i+1))
 	}
-	router := kafkain.NewRouter(kafkain.NewClientWriter(writer), routes, a.Metrics, a.pause, a.log)
+	router := kafkain.NewRouter(kafkain.NewClientWriter(writer), routes, a.Metrics.Router(), a.pause, a.log)
 	handler := kafkain.NewOrderConfirmedHandler(a.billing, cfg.DefaultCurrency, kafkain.WithTracerProvider(a.tune.Tracer))
 
 	var (
 		consumers []*kafkain.Consumer
 		sources   []*kafkain.GroupSource
 	)
+	// One budget for what every reader of the process decodes and every
+	// event it holds (docs/design.md, "Memory"): twice the largest batch
+	// the readers decompress.
+	readers := a.tune.Reader
+	readers.MaxBatchBytes = int(cfg.KafkaMaxBatchBytes)
+	readers.Budget = kafkain.NewMemoryBudget(2*int64(cfg.KafkaMaxBatchBytes), a.Metrics.Budget())
 	closeAll := func() {
 		for _, src := range sources {
 			if err := src.Close(); err != nil {
@@ -552,19 +459,22 @@ func (a *App) newConsumers(ctx context.Context) ([]*kafkain.Consumer, func(), er
 		}
 	}
 	for _, s := range a.sources(ctx) {
-		src, err := kafkain.NewGroupSource(a.kc.ReaderConfig(s.topic, s.group, a.tune.Reader))
+		a.Metrics.AttemptWaits.WithLabelValues(s.topic) // exported at 0 from the consumer's start
+		src, err := kafkain.NewClusterSource(a.kc.Access(), s.topic, s.group, readers,
+			kafkain.WithAnnouncement(kafkain.Announcement{Release: version.Release, RunsBeside: version.RunsBeside}))
 		if err != nil { // only a configuration NewGroupSource rejects
 			closeAll()
 			return nil, nil, fmt.Errorf("consume %s: %w", s.topic, err)
 		}
 		sources = append(sources, src)
-		consumers = append(consumers, kafkain.NewConsumer(src, handler, router, a.pause, a.Metrics, a.log,
+		consumers = append(consumers, kafkain.NewConsumer(src, handler, router, a.pause, a.Metrics.Consumer(), a.log,
 			kafkain.Options{
 				Tier:           s.tier,
 				MaxInFlight:    cfg.MaxInFlight,
 				CommitInterval: a.tune.CommitInterval,
 				DrainTimeout:   cfg.ShutdownTimeout,
 				RevokeTimeout:  a.tune.Reader.RebalanceTimeout / 2, // 0: the default, under the default rebalance timeout
+				Hold:           a.hold,
 			}))
 	}
 	return consumers, closeAll, nil
@@ -585,7 +495,7 @@ func (a *App) ensureTopics(ctx context.Context) error {
 		n = 1
 	}
 	// Routed records carry the original value plus headers: the tiers and
-	// the DLQ must take whatever the main topic took (CONTRACT §5).
+	// the DLQ must take whatever the main topic took (docs/interface.md §5).
 	mainMax, err := a.kc.MaxMessageBytes(ctx, a.cfg.KafkaTopic)
 	if err != nil {
 		a.log.Warn("main topic's max.message.bytes unknown", slog.String("error", err.Error()))
@@ -597,7 +507,7 @@ func (a *App) ensureTopics(ctx context.Context) error {
 	}
 	if a.cfg.PublishEvents {
 		// As many partitions as the main topic, so that consumers of both
-		// can scale alike (CONTRACT §9).
+		// can scale alike (docs/interface.md §9).
 		specs = append(specs, kafkaclient.TopicSpec{Name: a.cfg.KafkaInvoiceTopic, Partitions: n})
 	}
 	return a.kc.EnsureTopics(ctx, specs)
@@ -623,7 +533,7 @@ func (a *App) updateLag(ctx context.Context) {
 	defer cancel()
 	groups := map[string]string{a.cfg.KafkaTopic: a.cfg.KafkaGroupID}
 	for i := range a.cfg.RetryDelays {
-		groups[a.cfg.RetryTopic(i+1)] = a.cfg.KafkaGroupID + ".retry." + strconv.Itoa(i+1)
+		groups[a.cfg.RetryTopic(i+1)] = tierGroup(a.cfg.KafkaGroupID, i+1)
 	}
 	for topic, group := range groups {
 		pos, err := a.kc.Positions(ctx, group, topic)

@@ -15,6 +15,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/config"
@@ -85,13 +86,17 @@ func newHarnessLogged(t *testing.T, gw *gatewaystub.Stub, pool *pgxpool.Pool, ds
 // timeouts, an HTTP port picked by the kernel.
 func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
 	return config.Config{
-		KafkaBrokers: brokers, KafkaTopic: testTopic, KafkaGroupID: "billing-test",
-		KafkaRetryTopicPrefix: "billing.retry", KafkaDLQTopic: "billing.dlq", KafkaClientID: "test", KafkaInvoiceTopic: "billing.invoices",
-		RetryDelays:    []config.Duration{config.Duration(100 * time.Millisecond), config.Duration(200 * time.Millisecond)},
-		DatabaseURL:    config.Secret(dsn),
-		PaymentBaseURL: gatewayURL, PaymentTimeout: 2 * time.Second, DefaultCurrency: "USD",
-		MaxInFlight: 8, DedupRetention: 168 * time.Hour, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour, HTTPAddr: "127.0.0.1:0", LogLevel: "debug",
-		ShutdownTimeout: 5 * time.Second,
+		Kafka: config.Kafka{
+			KafkaBrokers: brokers, KafkaTopic: testTopic, KafkaGroupID: "billing-test",
+			KafkaRetryTopicPrefix: "billing.retry", KafkaDLQTopic: "billing.dlq", KafkaClientID: "test", KafkaInvoiceTopic: "billing.invoices",
+			RetryDelays: []config.Duration{config.Duration(100 * time.Millisecond), config.Duration(200 * time.Millisecond)},
+		},
+		Database: config.Database{DatabaseURL: config.Secret(dsn)},
+		Gateway:  config.Gateway{PaymentBaseURL: gatewayURL},
+		Rules:    config.Rules{PaymentTimeout: 2 * time.Second, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour},
+		Service: config.Service{DefaultCurrency: "USD", MaxInFlight: 8, DedupRetention: 168 * time.Hour, HTTPAddr: "127.0.0.1:0",
+			ShutdownTimeout: 5 * time.Second},
+		Log: config.Log{LogLevel: "debug"},
 	}
 }
 
@@ -100,7 +105,8 @@ func testConfig(brokers []string, dsn, gatewayURL string) config.Config {
 func (h *harness) start() {
 	h.t.Helper()
 	h.startWith(Tuning{Reader: kafkatest.FastReaderOptions(), CommitInterval: 50 * time.Millisecond,
-		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond})
+		ProbeInterval: 200 * time.Millisecond, LagInterval: 200 * time.Millisecond, OutageBackoff: 50 * time.Millisecond,
+		GateInterval: 200 * time.Millisecond, SwitchInterval: 200 * time.Millisecond})
 }
 
 // startWith is start with other tuning.
@@ -177,7 +183,7 @@ func event(t *testing.T, orderID, customer string, amount int64) (order.OrderCon
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := order.Encode(evt)
+	v, err := wire.Encode(evt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
 
+	kafkain "github.com/acme/billing/adapters/in/kafka"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ordertest"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/config"
-	"github.com/acme/billing/internal/replay"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/pgtest"
@@ -93,14 +93,14 @@ func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	ctx := context.Background()
-	if n, err := replay.Run(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{Since: time.Now().Add(time.Hour)}, log); err != nil || n != 0 {
+	if n, err := replayed(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, kafkain.ReplayOptions{Since: time.Now().Add(time.Hour)}, log); err != nil || n != 0 {
 		t.Errorf("replay --since in the future: %d, %v; want 0", n, err)
 	}
-	if n, err := replay.Run(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{DryRun: true}, log); err != nil || n != 1 {
+	if n, err := replayed(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, kafkain.ReplayOptions{DryRun: true}, log); err != nil || n != 1 {
 		t.Errorf("dry run: %d, %v; want 1", n, err)
 	}
 	for i := range 2 {
-		n, err := replay.Run(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{Since: time.Now().Add(-time.Hour), Limit: 5}, log)
+		n, err := replayed(ctx, kc, h.cfg.KafkaDLQTopic, testTopic, kafkain.ReplayOptions{Since: time.Now().Add(-time.Hour), Limit: 5}, log)
 		if err != nil || n != 1 {
 			t.Fatalf("replay %d: %d, %v; want 1", i+1, n, err)
 		}
@@ -110,12 +110,20 @@ func TestAlways503ToDLQThenReplayTwice(t *testing.T) {
 	if charges := gw.ChargesForOrder("ord-down"); len(charges) != 1 || inv.EventID != e.EventID {
 		t.Errorf("%d charges, invoice key %s; want 1 under %s", len(charges), inv.EventID, e.EventID)
 	}
-	// The replayed records are the originals: no routing headers, same bytes.
+	// The replayed records are the originals, same bytes, without routing
+	// headers; only the replay's mark is added, and the service counted
+	// them as replays.
 	main := kafkatest.ReadAll(t, h.brokers, testTopic, 3, 10*time.Second)
 	for _, r := range main[1:] {
-		if string(r.Value) != string(m.Value) || len(headers(r)) != 0 {
-			t.Errorf("replayed record %q with headers %v, want the original", r.Value, headers(r))
+		hs := headers(r)
+		_, marked := hs[kafkain.HeaderReplayedAt]
+		if string(r.Value) != string(m.Value) || len(hs) != 1 || !marked {
+			t.Errorf("replayed record %q with headers %v, want the original with x-replayed-at only", r.Value, hs)
 		}
+	}
+	if got := testutil.ToFloat64(h.app.Metrics.ReplayedEvents.WithLabelValues("charged")) +
+		testutil.ToFloat64(h.app.Metrics.ReplayedEvents.WithLabelValues("duplicate")); got != 2 {
+		t.Errorf("billing_replayed_events_total{outcome=charged|duplicate} = %v, want the 2 replays", got)
 	}
 }
 

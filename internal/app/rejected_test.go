@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	kafkain "github.com/acme/billing/adapters/in/kafka"
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/internal/replay"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/poll"
@@ -17,7 +17,7 @@ import (
 // A gateway refusing the charge for good (400) leaves no money moved: the
 // invoice becomes rejected and the record goes to the DLQ at once (no retry
 // tier). Once the cause is fixed, the replay of that record reopens the
-// invoice under the same key and charges it, once (CONTRACT.md §4).
+// invoice under the same key and charges it, once (docs/interface.md §4).
 func TestGateway400RejectedThenReplayCharges(t *testing.T) {
 	t.Parallel()
 	gw := gatewaystub.New(gatewaystub.Options{})
@@ -49,7 +49,7 @@ func TestGateway400RejectedThenReplayCharges(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	if n, err := replay.Run(context.Background(), kc, h.cfg.KafkaDLQTopic, testTopic, replay.Options{}, log); err != nil || n != 1 {
+	if n, err := replayed(context.Background(), kc, h.cfg.KafkaDLQTopic, testTopic, kafkain.ReplayOptions{}, log); err != nil || n != 1 {
 		t.Fatalf("replay: %d, %v; want 1", n, err)
 	}
 	inv = h.waitInvoice("ord-refused", order.StatusCharged)

@@ -14,7 +14,7 @@ import (
 
 // BILLING_RETRY_DELAYS was shortened from three tiers to two while a record
 // waited in tier 3: the record is still consumed, as the last tier, billed,
-// and its offset committed by the group of tier 3 (CONTRACT §2).
+// and its offset committed by the group of tier 3 (docs/interface.md §2).
 func TestRecordLeftInRemovedTierIsBilled(t *testing.T) {
 	t.Parallel()
 	_, msg := event(t, "ord-stranded", "cus-1", 1500)

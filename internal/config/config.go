@@ -1,6 +1,11 @@
-// Package config is billing's configuration (CONTRACT.md §2): one struct read
-// from BILLING_* environment variables with envconfig, checked as a whole so
-// that a bad value stops the program with one line naming the variable.
+// Package config is billing's configuration (docs/interface.md §2): BILLING_*
+// environment variables read with envconfig into one struct per concern
+// (Kafka, Database, Gateway, Rules, Service, Log). A command loads only the
+// parts it needs (README.md, "Commands"), so that `billing migrate` runs
+// without Kafka's or the gateway's settings and `billing dlq replay` without
+// the database's; `billing run` loads them all. Each part is checked as a
+// whole, every duration and count against its bounds (Bounds), and a bad
+// value stops the program with one line naming the variable.
 package config
 
 import (
@@ -8,8 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"os"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -17,42 +20,139 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
-
-	"github.com/acme/billing/core/order"
 )
 
 // Prefix is the environment prefix of every variable.
 const Prefix = "BILLING"
 
-// Config is everything cmd/billing reads from the environment.
+// Config is the whole configuration, what `billing run` reads: one part per
+// concern. A command that loads fewer parts (LoadParts) gets the others
+// zero. The parts are embedded, so a field reads as cfg.KafkaTopic whatever
+// part holds it.
 type Config struct {
-	KafkaBrokers          []string      `envconfig:"KAFKA_BROKERS" required:"true" desc:"comma-separated host:port of the Kafka brokers"`
-	KafkaTopic            string        `envconfig:"KAFKA_TOPIC" default:"orders.order-confirmed.v1" desc:"main topic of OrderConfirmed events"`
-	KafkaGroupID          string        `envconfig:"KAFKA_GROUP_ID" default:"billing-order-confirmed" desc:"consumer group; also the consumer_group of processed_event rows"`
-	KafkaRetryTopicPrefix string        `envconfig:"KAFKA_RETRY_TOPIC_PREFIX" default:"billing.order-confirmed.retry" desc:"retry tier N is topic <prefix>.N"`
-	RetryDelays           []Duration    `envconfig:"RETRY_DELAYS" default:"5s,1m,10m" desc:"one delay per retry tier; after the last tier a transient failure goes to the DLQ"`
-	KafkaDLQTopic         string        `envconfig:"KAFKA_DLQ_TOPIC" default:"billing.order-confirmed.dlq" desc:"dead-letter topic"`
-	KafkaClientID         string        `envconfig:"KAFKA_CLIENT_ID" default:"billing" desc:"Kafka client id"`
-	KafkaTLSEnabled       bool          `envconfig:"KAFKA_TLS_ENABLED" default:"false" desc:"connect to Kafka over TLS"`
-	KafkaTLSCAFile        string        `envconfig:"KAFKA_TLS_CA_FILE" desc:"PEM file of CAs to trust for Kafka (system roots when empty)"`
-	KafkaSASLMechanism    string        `envconfig:"KAFKA_SASL_MECHANISM" desc:"plain, scram-sha-256 or scram-sha-512; empty for none"`
-	KafkaSASLUsername     string        `envconfig:"KAFKA_SASL_USERNAME" desc:"SASL user name"`
-	KafkaSASLPassword     Secret        `envconfig:"KAFKA_SASL_PASSWORD" desc:"SASL password (never logged)"`
-	DatabaseURL           Secret        `envconfig:"DATABASE_URL" required:"true" desc:"Postgres DSN (pgx); TLS through sslmode"`
-	DBMaxConns            int           `envconfig:"DB_MAX_CONNS" desc:"pool size; default derived from BILLING_MAX_IN_FLIGHT"`
-	PaymentBaseURL        string        `envconfig:"PAYMENT_BASE_URL" required:"true" desc:"payment gateway base URL"`
-	PaymentTimeout        time.Duration `envconfig:"PAYMENT_TIMEOUT" default:"10s" desc:"per-request timeout of gateway calls"`
-	DefaultCurrency       string        `envconfig:"DEFAULT_CURRENCY" default:"USD" desc:"currency of events that carry none"`
-	MaxInFlight           int           `envconfig:"MAX_IN_FLIGHT" default:"64" desc:"events processed at once by one process; 1 is the sequential loop"`
-	DedupRetention        time.Duration `envconfig:"DEDUP_RETENTION" default:"168h" desc:"how long processed_event rows are kept"`
-	HTTPAddr              string        `envconfig:"HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz, /readyz"`
-	LogLevel              string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	MigrateOnStart        bool          `envconfig:"MIGRATE_ON_START" default:"false" desc:"apply migrations before consuming"`
-	ShutdownTimeout       time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"25s" desc:"drain budget after SIGTERM"`
-	PendingResumeAfter    time.Duration `envconfig:"PENDING_RESUME_AFTER" default:"15m" desc:"a pending invoice older than this is resumed by the service itself"`
-	GatewayKeyTTL         time.Duration `envconfig:"GATEWAY_KEY_TTL" default:"24h" desc:"how long the gateway keeps an Idempotency-Key; a pending invoice must be settled well within it"`
-	PublishEvents         bool          `envconfig:"PUBLISH_EVENTS" default:"true" desc:"publish invoice events (InvoiceCharged, InvoiceDeclined, InvoiceRejected, InvoiceHeld) through the outbox"`
-	KafkaInvoiceTopic     string        `envconfig:"KAFKA_INVOICE_TOPIC" default:"billing.invoice-events.v1" desc:"where invoice events are published; created with the main topic's partition count when missing"`
+	Kafka
+	Database
+	Gateway
+	Rules
+	Service
+	Log
+}
+
+// The struct tags of every part: envconfig is the variable's whole name (so
+// that envconfig never falls back to the name without the prefix: a
+// DATABASE_URL meant for another program is not billing's), default its
+// default, required whether it must be set (required_with: with that
+// BILLING_PAYMENT_PROVIDER), secret whether it is one (the
+// type Secret says it too), desc its meaning. Every duration and count has
+// a row in Bounds.
+
+// Kafka is how billing reaches Kafka and names its topics: `billing run`
+// and `billing dlq replay` read it.
+type Kafka struct {
+	KafkaBrokers          []string   `envconfig:"BILLING_KAFKA_BROKERS" required:"true" desc:"comma-separated host:port of the Kafka brokers"`
+	KafkaTopic            string     `envconfig:"BILLING_KAFKA_TOPIC" default:"orders.order-confirmed.v1" desc:"main topic of OrderConfirmed events"`
+	KafkaGroupID          string     `envconfig:"BILLING_KAFKA_GROUP_ID" default:"billing-order-confirmed" desc:"consumer group; also the consumer_group of processed_event rows"`
+	KafkaRetryTopicPrefix string     `envconfig:"BILLING_KAFKA_RETRY_TOPIC_PREFIX" default:"billing.order-confirmed.retry" desc:"retry tier N is topic <prefix>.N"`
+	RetryDelays           []Duration `envconfig:"BILLING_RETRY_DELAYS" default:"5s,1m,10m" desc:"one delay per retry tier; after the last tier a transient failure goes to the DLQ"`
+	KafkaDLQTopic         string     `envconfig:"BILLING_KAFKA_DLQ_TOPIC" default:"billing.order-confirmed.dlq" desc:"dead-letter topic"`
+	KafkaClientID         string     `envconfig:"BILLING_KAFKA_CLIENT_ID" default:"billing" desc:"Kafka client id"`
+	KafkaTLSEnabled       bool       `envconfig:"BILLING_KAFKA_TLS_ENABLED" default:"false" desc:"connect to Kafka over TLS"`
+	KafkaTLSCAFile        string     `envconfig:"BILLING_KAFKA_TLS_CA_FILE" desc:"PEM file of CAs to trust for Kafka (system roots when empty)"`
+	KafkaSASLMechanism    string     `envconfig:"BILLING_KAFKA_SASL_MECHANISM" desc:"plain, scram-sha-256 or scram-sha-512; empty for none"`
+	KafkaSASLUsername     string     `envconfig:"BILLING_KAFKA_SASL_USERNAME" desc:"SASL user name"`
+	KafkaSASLPassword     Secret     `envconfig:"BILLING_KAFKA_SASL_PASSWORD" desc:"SASL password (never logged)"`
+	KafkaInvoiceTopic     string     `envconfig:"BILLING_KAFKA_INVOICE_TOPIC" default:"billing.invoice-events.v1" desc:"where invoice events are published; created with the main topic's partition count when missing"`
+	KafkaMaxBatchBytes    Bytes      `envconfig:"BILLING_KAFKA_MAX_BATCH_BYTES" default:"32MiB" desc:"the most one fetched record batch may hold once decompressed (0: the default); each record of a batch over it is dead-lettered as a stub, undecoded"`
+}
+
+// Database is how billing reaches Postgres: every command that reads or
+// writes invoices reads it (run, migrate, invoice, consume, reconcile).
+type Database struct {
+	DatabaseURL Secret `envconfig:"BILLING_DATABASE_URL" required:"true" desc:"Postgres DSN (pgx); TLS through sslmode"`
+	DBMaxConns  int    `envconfig:"BILLING_DB_MAX_CONNS" desc:"pool size; unset or 0: derived from BILLING_MAX_IN_FLIGHT"`
+}
+
+// Gateway is which payment provider billing charges through and how it
+// reaches it: `billing run` and `billing reconcile` read it.
+type Gateway struct {
+	PaymentProvider string `envconfig:"BILLING_PAYMENT_PROVIDER" default:"generic" desc:"generic (the gateway protocol of docs/interface.md §6) or stripe (PaymentIntents)"`
+	// PaymentBaseURL is a secret (its user info is the gateway's
+	// credentials) kept as a plain string: Masked masks only the user info.
+	PaymentBaseURL string `envconfig:"BILLING_PAYMENT_BASE_URL" required_with:"generic" secret:"true" desc:"payment gateway base URL (generic provider)"`
+	StripeAPIKey   Secret `envconfig:"BILLING_STRIPE_API_KEY" required_with:"stripe" desc:"Stripe secret or restricted key, sk_… or rk_… (never logged)"`
+	StripeAPIBase  string `envconfig:"BILLING_STRIPE_API_BASE" default:"https://api.stripe.com" desc:"Stripe API base URL; plain http only to a loopback address (stripe-mock)"`
+}
+
+// Rules are the terms every path that changes an invoice shares: how long
+// an attempt lives, how long a key may be sent, whether a transition
+// publishes its event. `billing run`, `billing invoice` and `billing
+// reconcile` read them, so that a person's command draws the lines the
+// pods draw.
+type Rules struct {
+	PaymentTimeout     time.Duration `envconfig:"BILLING_PAYMENT_TIMEOUT" default:"10s" desc:"per-request timeout of gateway calls; an attempt lives this long plus a margin"`
+	PendingResumeAfter time.Duration `envconfig:"BILLING_PENDING_RESUME_AFTER" default:"15m" desc:"a pending invoice older than this is resumed by the service itself"`
+	GatewayKeyTTL      time.Duration `envconfig:"BILLING_GATEWAY_KEY_TTL" default:"24h" desc:"how long the gateway keeps an Idempotency-Key; a pending invoice must be settled well within it"`
+	PublishEvents      bool          `envconfig:"BILLING_PUBLISH_EVENTS" default:"true" desc:"publish invoice events (InvoiceCharged, InvoiceDeclined, InvoiceRejected, InvoiceHeld) through the outbox"`
+}
+
+// Service is the consuming process itself: only `billing run` reads it.
+type Service struct {
+	DefaultCurrency string        `envconfig:"BILLING_DEFAULT_CURRENCY" default:"USD" desc:"currency of events that carry none"`
+	MaxInFlight     int           `envconfig:"BILLING_MAX_IN_FLIGHT" default:"64" desc:"events processed at once by one process; 1 is the sequential loop"`
+	DedupRetention  time.Duration `envconfig:"BILLING_DEDUP_RETENTION" default:"168h" desc:"how long processed_event rows are kept"`
+	HTTPAddr        string        `envconfig:"BILLING_HTTP_ADDR" default:":8080" desc:"address of /metrics, /healthz, /readyz"`
+	MigrateOnStart  bool          `envconfig:"BILLING_MIGRATE_ON_START" default:"false" desc:"apply migrations before consuming"`
+	ShutdownTimeout time.Duration `envconfig:"BILLING_SHUTDOWN_TIMEOUT" default:"25s" desc:"drain budget after SIGTERM"`
+	// Pprof is a diagnostic, off unless asked for: the profiles show the
+	// process's internals and a CPU profile costs CPU while it runs.
+	Pprof bool `envconfig:"BILLING_PPROF" default:"false" desc:"a diagnostic: also serve net/http/pprof's /debug/pprof/ on BILLING_HTTP_ADDR (make bench turns it on); never on in production by default"`
+}
+
+// Log is how a command logs: every command that reads any configuration
+// reads it.
+type Log struct {
+	LogLevel string `envconfig:"BILLING_LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+}
+
+// Bounds of BILLING_KAFKA_MAX_BATCH_BYTES (why: its row in Bounds).
+const (
+	MinKafkaMaxBatchBytes     = 1 << 20
+	MaxKafkaMaxBatchBytes     = 256 << 20
+	DefaultKafkaMaxBatchBytes = 32 << 20
+)
+
+// Bytes is a size in bytes, written as a number of bytes or with a binary
+// unit: 32MiB, 512KiB, 1GiB.
+type Bytes int64
+
+var bytesRE = regexp.MustCompile(`^([0-9]{1,12})(B|KiB|MiB|GiB)?$`)
+
+// Decode implements envconfig.Decoder.
+func (b *Bytes) Decode(s string) error {
+	m := bytesRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return fmt.Errorf("%q is not a size (bytes, or a number with B, KiB, MiB or GiB)", s)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return err
+	}
+	shift := map[string]uint{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30}[m[2]]
+	*b = Bytes(n << shift)
+	return nil
+}
+
+// String writes b with the largest binary unit that divides it.
+func (b Bytes) String() string {
+	for _, u := range []struct {
+		name  string
+		shift uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if b != 0 && b%(1<<u.shift) == 0 {
+			return strconv.FormatInt(int64(b>>u.shift), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
 }
 
 // Duration is a time.Duration that envconfig can read inside a list.
@@ -97,131 +197,93 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("config: %s: %s", e.Var, e.Reason) }
 
-// Load reads the configuration from the process environment, validates it
-// and normalizes it. The error, if any, is one line naming the variable.
-func Load() (Config, error) {
+// Load reads the whole configuration (AllParts), what `billing run` needs.
+func Load() (Config, error) { return LoadParts(AllParts) }
+
+// LoadParts reads the parts ps of the configuration from the process
+// environment, and Log with them; it validates and normalizes each. The
+// other parts are left zero and their variables unread. The error, if any,
+// is one line naming the variable.
+func LoadParts(ps Part) (Config, error) {
 	var c Config
-	if err := envconfig.Process(Prefix, &c); err != nil {
-		return Config{}, translateEnvconfigError(err)
+	if ps == 0 {
+		return c, nil
+	}
+	ps |= PartLog
+	for _, p := range c.parts() {
+		if ps&p.part == 0 {
+			continue
+		}
+		if err := envconfig.Process("", p.ptr); err != nil {
+			return Config{}, translateEnvconfigError(err)
+		}
 	}
 	// Validate before Normalize, so that an error quotes the value as it was
 	// written.
-	if err := c.Validate(); err != nil {
+	if err := c.ValidateParts(ps); err != nil {
 		return Config{}, err
 	}
-	c.Normalize()
+	c.NormalizeParts(ps)
 	return c, nil
 }
 
-var hostPortRE = regexp.MustCompile(`^[^\s:/]+:[0-9]{1,5}$`)
+// Normalize puts values in the form the service uses (NormalizeParts of
+// every part). Load calls it; a Config built in code calls it too, before
+// or after Validate.
+func (c *Config) Normalize() { c.NormalizeParts(AllParts) }
 
-// Normalize puts values in the form the service uses: brokers without
-// surrounding spaces, the SASL mechanism and log level in lower case, and
-// DBMaxConns derived from MaxInFlight when unset. Load calls it; a Config
-// built in code calls it too, before or after Validate.
-func (c *Config) Normalize() {
-	for i, b := range c.KafkaBrokers {
-		c.KafkaBrokers[i] = strings.TrimSpace(b)
+// NormalizeParts normalizes the parts ps: brokers without surrounding
+// spaces; the SASL mechanism, provider and log level in lower case (an
+// empty provider is generic); and
+// DBMaxConns derived from MaxInFlight when unset (MaxInFlight is the
+// Service part's: a command that loads Database without Service, which
+// consumes nothing, gets the pool of the sequential loop).
+func (c *Config) NormalizeParts(ps Part) {
+	if ps&PartKafka != 0 {
+		for i, b := range c.KafkaBrokers {
+			c.KafkaBrokers[i] = strings.TrimSpace(b)
+		}
+		c.KafkaSASLMechanism = strings.ToLower(c.KafkaSASLMechanism)
 	}
-	c.KafkaSASLMechanism = strings.ToLower(c.KafkaSASLMechanism)
-	c.LogLevel = strings.ToLower(c.LogLevel)
-	if c.DBMaxConns == 0 {
-		c.DBMaxConns = DefaultDBMaxConns(c.MaxInFlight)
+	if ps&PartDatabase != 0 && c.DBMaxConns == 0 {
+		c.DBMaxConns = DefaultDBMaxConns(max(c.MaxInFlight, 1))
+	}
+	if ps&PartGateway != 0 {
+		c.PaymentProvider = strings.ToLower(c.PaymentProvider)
+		if c.PaymentProvider == "" {
+			c.PaymentProvider = ProviderGeneric // a Config built in code
+		}
+	}
+	if ps&PartLog != 0 {
+		c.LogLevel = strings.ToLower(c.LogLevel)
+	}
+	if ps&PartKafka != 0 && c.KafkaMaxBatchBytes == 0 {
+		c.KafkaMaxBatchBytes = DefaultKafkaMaxBatchBytes // a Config built in code
 	}
 }
 
-// Validate reports values envconfig accepted but the service cannot use; it
-// changes nothing. It accepts a value as a person writes it (spaces around a
-// broker, any case of the SASL mechanism and log level, DBMaxConns unset),
-// which Normalize then puts in the service's form.
-func (c Config) Validate() error {
-	if len(c.KafkaBrokers) == 0 {
-		return &Error{"BILLING_KAFKA_BROKERS", "required, comma-separated host:port"}
-	}
-	for _, b := range c.KafkaBrokers {
-		if !hostPortRE.MatchString(strings.TrimSpace(b)) {
-			return &Error{"BILLING_KAFKA_BROKERS", fmt.Sprintf("%q is not host:port", b)}
+// Validate reports values envconfig accepted but the service cannot use
+// (ValidateParts of every part); it changes nothing.
+func (c Config) Validate() error { return c.ValidateParts(AllParts) }
+
+// ValidateParts reports the values of the parts ps that envconfig accepted
+// but the service cannot use, part by part in declaration order: each
+// duration and count outside its bounds (Bounds), then the part's own
+// rules and relations. It changes
+// nothing, and accepts a value as a person writes it (spaces around a
+// broker, any case of the SASL mechanism, provider and log level,
+// DBMaxConns unset), which Normalize then puts in the service's form.
+func (c Config) ValidateParts(ps Part) error {
+	for _, p := range c.parts() {
+		if ps&p.part == 0 {
+			continue
 		}
-	}
-	for name, v := range map[string]string{
-		"BILLING_KAFKA_TOPIC": c.KafkaTopic, "BILLING_KAFKA_GROUP_ID": c.KafkaGroupID,
-		"BILLING_KAFKA_RETRY_TOPIC_PREFIX": c.KafkaRetryTopicPrefix, "BILLING_KAFKA_DLQ_TOPIC": c.KafkaDLQTopic,
-		"BILLING_KAFKA_CLIENT_ID": c.KafkaClientID, "BILLING_KAFKA_INVOICE_TOPIC": c.KafkaInvoiceTopic,
-	} {
-		if strings.TrimSpace(v) == "" {
-			return &Error{name, "must not be empty"}
+		if err := checkBounds(reflect.ValueOf(p.ptr).Elem()); err != nil {
+			return err
 		}
-	}
-	if err := c.validateTopics(); err != nil {
-		return err
-	}
-	if len(c.RetryDelays) == 0 {
-		return &Error{"BILLING_RETRY_DELAYS", "needs at least one delay"}
-	}
-	for _, d := range c.RetryDelays {
-		if d <= 0 {
-			return &Error{"BILLING_RETRY_DELAYS", "delays must be positive"}
+		if err := p.validate(); err != nil {
+			return err
 		}
-	}
-	switch strings.ToLower(c.KafkaSASLMechanism) {
-	case "":
-	case "plain", "scram-sha-256", "scram-sha-512":
-		if c.KafkaSASLUsername == "" {
-			return &Error{"BILLING_KAFKA_SASL_USERNAME", "required when BILLING_KAFKA_SASL_MECHANISM is set"}
-		}
-	default:
-		return &Error{"BILLING_KAFKA_SASL_MECHANISM", fmt.Sprintf("%q is not plain, scram-sha-256 or scram-sha-512", c.KafkaSASLMechanism)}
-	}
-	if c.KafkaTLSCAFile != "" {
-		if _, err := os.Stat(c.KafkaTLSCAFile); err != nil {
-			return &Error{"BILLING_KAFKA_TLS_CA_FILE", "cannot be read"}
-		}
-	}
-	u, err := url.Parse(c.PaymentBaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return &Error{"BILLING_PAYMENT_BASE_URL", "must be an absolute http(s) URL"}
-	}
-	// User info is sent as basic authentication with every charge: over
-	// plain HTTP anyone on the path reads the gateway's credentials.
-	if _, hasPass := u.User.Password(); u.Scheme == "http" && (u.User.Username() != "" || hasPass) {
-		return &Error{"BILLING_PAYMENT_BASE_URL", "has credentials (user info) over plain http: use https"}
-	}
-	if c.PaymentTimeout <= 0 {
-		return &Error{"BILLING_PAYMENT_TIMEOUT", "must be positive"}
-	}
-	if !order.ValidCurrency(c.DefaultCurrency) {
-		return &Error{"BILLING_DEFAULT_CURRENCY", "must be 3 upper-case letters"}
-	}
-	if c.MaxInFlight < 1 || c.MaxInFlight > 10000 {
-		return &Error{"BILLING_MAX_IN_FLIGHT", fmt.Sprintf("%d is not between 1 and 10000", c.MaxInFlight)}
-	}
-	if c.DBMaxConns < 0 {
-		return &Error{"BILLING_DB_MAX_CONNS", "must not be negative"}
-	}
-	if c.DedupRetention < time.Hour {
-		return &Error{"BILLING_DEDUP_RETENTION", "must be at least 1h"}
-	}
-	if c.ShutdownTimeout <= 0 {
-		return &Error{"BILLING_SHUTDOWN_TIMEOUT", "must be positive"}
-	}
-	if c.PendingResumeAfter <= 0 {
-		return &Error{"BILLING_PENDING_RESUME_AFTER", "must be positive"}
-	}
-	if c.GatewayKeyTTL <= 0 {
-		return &Error{"BILLING_GATEWAY_KEY_TTL", "must be positive"}
-	}
-	// The completer must have time for its back-off to retry a pending
-	// invoice several times before the gateway forgets its key.
-	if c.PendingResumeAfter >= c.GatewayKeyTTL/2 {
-		return &Error{"BILLING_PENDING_RESUME_AFTER", fmt.Sprintf("%s must be under half of BILLING_GATEWAY_KEY_TTL (%s)", c.PendingResumeAfter, c.GatewayKeyTTL)}
-	}
-	switch strings.ToLower(c.LogLevel) {
-	case "debug", "info", "warn", "error":
-	default:
-		return &Error{"BILLING_LOG_LEVEL", fmt.Sprintf("%q is not debug, info, warn or error", c.LogLevel)}
-	}
-	if strings.TrimSpace(c.DatabaseURL.Reveal()) == "" {
-		return &Error{"BILLING_DATABASE_URL", "required"}
 	}
 	return nil
 }
@@ -239,16 +301,16 @@ func DefaultDBMaxConns(maxInFlight int) int {
 }
 
 // RetryDelaysDurations returns the retry tier delays as time.Durations.
-func (c Config) RetryDelaysDurations() []time.Duration {
-	out := make([]time.Duration, len(c.RetryDelays))
-	for i, d := range c.RetryDelays {
+func (k Kafka) RetryDelaysDurations() []time.Duration {
+	out := make([]time.Duration, len(k.RetryDelays))
+	for i, d := range k.RetryDelays {
 		out[i] = time.Duration(d)
 	}
 	return out
 }
 
 // RetryTopic returns the topic of retry tier n (1-based).
-func (c Config) RetryTopic(n int) string { return c.KafkaRetryTopicPrefix + "." + strconv.Itoa(n) }
+func (k Kafka) RetryTopic(n int) string { return k.KafkaRetryTopicPrefix + "." + strconv.Itoa(n) }
 
 var envconfigFieldRE = regexp.MustCompile(`envconfig\.Process: assigning (\S+) to \S+: converting '(.*)' to type (\S+)`)
 
@@ -261,26 +323,10 @@ func translateEnvconfigError(err error) error {
 	}
 	msg := err.Error()
 	if strings.HasPrefix(msg, "required key ") {
-		name := strings.TrimSuffix(strings.TrimPrefix(msg, "required key "), " missing value")
-		if !strings.HasPrefix(name, Prefix+"_") {
-			name = Prefix + "_" + name
-		}
-		return &Error{name, "required"}
+		return &Error{strings.TrimSuffix(strings.TrimPrefix(msg, "required key "), " missing value"), "required"}
 	}
 	if m := envconfigFieldRE.FindStringSubmatch(msg); m != nil {
 		return &Error{m[1], "cannot parse as " + m[3]}
 	}
 	return fmt.Errorf("config: %w", err)
-}
-
-// Names lists every environment variable of Config, in declaration order.
-func Names() []string {
-	t := reflect.TypeOf(Config{})
-	out := make([]string, 0, t.NumField())
-	for i := range t.NumField() {
-		if k := t.Field(i).Tag.Get("envconfig"); k != "" {
-			out = append(out, Prefix+"_"+k)
-		}
-	}
-	return out
 }

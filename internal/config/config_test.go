@@ -44,6 +44,12 @@ func TestLoadDefaults(t *testing.T) {
 	if c.RetryTopic(2) != "billing.order-confirmed.retry.2" {
 		t.Errorf("retry topic = %q", c.RetryTopic(2))
 	}
+	if c.Pprof {
+		t.Error("pprof on by default; want it off unless BILLING_PPROF asks for it")
+	}
+	if c.KafkaMaxBatchBytes != 32<<20 || c.KafkaMaxBatchBytes.String() != "32MiB" {
+		t.Errorf("max batch bytes %d (%s), want 32MiB", c.KafkaMaxBatchBytes, c.KafkaMaxBatchBytes)
+	}
 	if s := c.DatabaseURL.String(); strings.Contains(s, "s3cret") {
 		t.Errorf("secret printed: %q", s)
 	}
@@ -80,11 +86,19 @@ func TestLoadRejectsBadVariables(t *testing.T) {
 		{"BILLING_KAFKA_TLS_CA_FILE", "/nonexistent/ca.pem", "BILLING_KAFKA_TLS_CA_FILE"},
 		{"BILLING_MIGRATE_ON_START", "yes please", "BILLING_MIGRATE_ON_START"},
 		{"BILLING_SHUTDOWN_TIMEOUT", "0s", "BILLING_SHUTDOWN_TIMEOUT"},
+		{"BILLING_PPROF", "on demand", "BILLING_PPROF"},
 		{"BILLING_KAFKA_TOPIC", " ", "BILLING_KAFKA_TOPIC"},
 		{"BILLING_PENDING_RESUME_AFTER", "0s", "BILLING_PENDING_RESUME_AFTER"},
 		{"BILLING_PENDING_RESUME_AFTER", "12h", "BILLING_GATEWAY_KEY_TTL"},
-		{"BILLING_GATEWAY_KEY_TTL", "20m", "BILLING_PENDING_RESUME_AFTER"},
+		{"BILLING_PENDING_RESUME_AFTER", "6h1s", "BILLING_GATEWAY_KEY_TTL"}, // a quarter of the default 24h is the most
+		{"BILLING_GATEWAY_KEY_TTL", "50m", "BILLING_GATEWAY_KEY_TTL"},
+		{"BILLING_GATEWAY_KEY_TTL", "59m", "1h"},
 		{"BILLING_GATEWAY_KEY_TTL", "-1h", "BILLING_GATEWAY_KEY_TTL"},
+		{"BILLING_KAFKA_MAX_BATCH_BYTES", "1023KiB", "BILLING_KAFKA_MAX_BATCH_BYTES"},
+		{"BILLING_KAFKA_MAX_BATCH_BYTES", "257MiB", "BILLING_KAFKA_MAX_BATCH_BYTES"},
+		{"BILLING_KAFKA_MAX_BATCH_BYTES", "32MB", "BILLING_KAFKA_MAX_BATCH_BYTES"},
+		{"BILLING_KAFKA_MAX_BATCH_BYTES", "-1MiB", "BILLING_KAFKA_MAX_BATCH_BYTES"},
+		{"BILLING_KAFKA_MAX_BATCH_BYTES", "99999999999999MiB", "BILLING_KAFKA_MAX_BATCH_BYTES"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
@@ -157,5 +171,28 @@ func TestPaymentURLCredentialsNeedTLS(t *testing.T) {
 	_, err := Load()
 	if err == nil || !strings.Contains(err.Error(), "https") {
 		t.Errorf("credentials over http: err = %v, want one saying https", err)
+	}
+}
+
+// BILLING_KAFKA_MAX_BATCH_BYTES is a size in bytes or binary units, within
+// its bounds (1 MiB to 256 MiB, both accepted).
+func TestMaxBatchBytes(t *testing.T) {
+	for value, want := range map[string]Bytes{
+		"1MiB": 1 << 20, "1048576": 1 << 20, "256MiB": 256 << 20, "1024KiB": 1 << 20, " 64MiB ": 64 << 20,
+		"33554432B": 32 << 20, "3145728": 3 << 20,
+	} {
+		t.Run(value, func(t *testing.T) {
+			setBase(t)
+			t.Setenv("BILLING_KAFKA_MAX_BATCH_BYTES", value)
+			c, err := Load()
+			if err != nil || c.KafkaMaxBatchBytes != want {
+				t.Errorf("Load() = %d, %v; want %d", c.KafkaMaxBatchBytes, err, want)
+			}
+		})
+	}
+	for b, want := range map[Bytes]string{1 << 20: "1MiB", 3 << 30: "3GiB", 3072: "3KiB", 1536: "1536"} {
+		if b.String() != want {
+			t.Errorf("Bytes(%d) = %q, want %q", int64(b), b.String(), want)
+		}
 	}
 }

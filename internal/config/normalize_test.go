@@ -11,12 +11,16 @@ import (
 func TestValidateChangesNothingNormalizeDoes(t *testing.T) {
 	raw := func() Config {
 		return Config{
-			KafkaBrokers: []string{" localhost:9092", "kafka-2:9093 "}, KafkaTopic: "t", KafkaGroupID: "g",
-			KafkaRetryTopicPrefix: "t.retry", RetryDelays: []Duration{Duration(time.Second)}, KafkaDLQTopic: "t.dlq", KafkaInvoiceTopic: "t.invoices",
-			KafkaClientID: "billing", KafkaSASLMechanism: "SCRAM-SHA-512", KafkaSASLUsername: "billing",
-			DatabaseURL: "postgres://localhost/billing", PaymentBaseURL: "http://gateway:8080", PaymentTimeout: time.Second,
-			DefaultCurrency: "USD", MaxInFlight: 64, DedupRetention: 168 * time.Hour, LogLevel: "WARN",
-			ShutdownTimeout: time.Second, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour,
+			Kafka: Kafka{
+				KafkaBrokers: []string{" localhost:9092", "kafka-2:9093 "}, KafkaTopic: "t", KafkaGroupID: "g",
+				KafkaRetryTopicPrefix: "t.retry", RetryDelays: []Duration{Duration(time.Second)}, KafkaDLQTopic: "t.dlq", KafkaInvoiceTopic: "t.invoices",
+				KafkaClientID: "billing", KafkaSASLMechanism: "SCRAM-SHA-512", KafkaSASLUsername: "billing",
+			},
+			Database: Database{DatabaseURL: "postgres://localhost/billing"},
+			Gateway:  Gateway{PaymentBaseURL: "http://gateway:8080"},
+			Rules:    Rules{PaymentTimeout: time.Second, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour},
+			Service:  Service{DefaultCurrency: "USD", MaxInFlight: 64, DedupRetention: 168 * time.Hour, ShutdownTimeout: time.Second},
+			Log:      Log{LogLevel: "WARN"},
 		}
 	}
 	c := raw()
@@ -29,7 +33,8 @@ func TestValidateChangesNothingNormalizeDoes(t *testing.T) {
 	c.Normalize()
 	want := raw()
 	want.KafkaBrokers = []string{"localhost:9092", "kafka-2:9093"}
-	want.KafkaSASLMechanism, want.LogLevel, want.DBMaxConns = "scram-sha-512", "warn", 8
+	want.KafkaSASLMechanism, want.LogLevel, want.DBMaxConns, want.PaymentProvider = "scram-sha-512", "warn", 8, "generic"
+	want.KafkaMaxBatchBytes = DefaultKafkaMaxBatchBytes
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Normalize:\n got %+v\nwant %+v", c, want)
 	}

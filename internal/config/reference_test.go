@@ -3,10 +3,10 @@ package config
 import (
 	"flag"
 	"fmt"
-	"os"
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/acme/billing/internal/testkit/golden"
 )
 
 var update = flag.Bool("update", false, "rewrite the configuration table in README.md")
@@ -19,28 +19,7 @@ const (
 // README.md's configuration table is the struct's: same variables, defaults
 // and meanings, in the same order.
 func TestReadmeConfigurationReference(t *testing.T) {
-	path := "../../README.md"
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
-	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the markers %q … %q", beginMarker, endMarker)
-	}
-	got := s[i+len(beginMarker) : j]
-	want := reference()
-	if got == want {
-		return
-	}
-	if *update {
-		if err := os.WriteFile(path, []byte(s[:i+len(beginMarker)]+want+s[j:]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("README.md configuration table is out of date; run go test ./internal/config -update\ngot:\n%s\nwant:\n%s", got, want)
+	golden.Section(t, "../../README.md", beginMarker, endMarker, reference(), *update, "go test ./internal/config -update")
 }
 
 func TestReferenceListsEveryVariable(t *testing.T) {
@@ -53,27 +32,25 @@ func TestReferenceListsEveryVariable(t *testing.T) {
 }
 
 // reference renders the configuration reference table of README.md from
-// the struct tags, so the documentation cannot drift from the code.
+// the struct tags (Vars), so the documentation cannot drift from the code.
 func reference() string {
 	var b strings.Builder
-	b.WriteString("| variable | default | meaning |\n|---|---|---|\n")
-	t := reflect.TypeOf(Config{})
-	for i := range t.NumField() {
-		f := t.Field(i)
-		key := f.Tag.Get("envconfig")
-		if key == "" {
-			continue
-		}
-		def := f.Tag.Get("default")
+	b.WriteString("| variable | part | default | bounds | meaning |\n|---|---|---|---|---|\n")
+	for _, v := range Vars() {
+		def := "`" + v.Default + "`"
 		switch {
-		case f.Tag.Get("required") == "true":
+		case v.Required:
 			def = "required"
-		case def == "":
+		case v.RequiredWith != "":
+			def = "required with `" + v.RequiredWith + "`"
+		case v.Default == "":
 			def = "—"
-		default:
-			def = "`" + def + "`"
 		}
-		fmt.Fprintf(&b, "| `%s_%s` | %s | %s |\n", Prefix, key, def, f.Tag.Get("desc"))
+		bounds := "—"
+		if bd, ok := v.Bound(); ok {
+			bounds = bd.String()
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", v.Name, v.Part, def, bounds, v.Desc)
 	}
 	return b.String()
 }

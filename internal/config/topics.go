@@ -25,8 +25,8 @@ func tierOf(prefix, topic string) (int, bool) {
 // from, mix events with failed ones, or publish billing's decisions where
 // orders are read. A main or DLQ topic named like any tier
 // ("<prefix>.N", whatever N) is rejected, not only N up to the number of
-// delays: tiers beyond that count are still consumed (CONTRACT §2).
-func (c Config) validateTopics() error {
+// delays: tiers beyond that count are still consumed (docs/interface.md §2).
+func (c Kafka) validateTopics() error {
 	if c.KafkaTopic == c.KafkaDLQTopic {
 		return &Error{"BILLING_KAFKA_DLQ_TOPIC", fmt.Sprintf("equals BILLING_KAFKA_TOPIC (%q): the DLQ must be another topic", c.KafkaTopic)}
 	}

@@ -21,7 +21,7 @@ func TestLoadRejectsCoincidingTopics(t *testing.T) {
 			[]string{"BILLING_KAFKA_DLQ_TOPIC", "BILLING_KAFKA_RETRY_TOPIC_PREFIX"}},
 		{"tier is main via prefix", map[string]string{"BILLING_KAFKA_TOPIC": "r.3", "BILLING_KAFKA_RETRY_TOPIC_PREFIX": "r"},
 			[]string{"BILLING_KAFKA_TOPIC", "BILLING_KAFKA_RETRY_TOPIC_PREFIX"}},
-		// A tier beyond the configured count is still consumed (CONTRACT §2).
+		// A tier beyond the configured count is still consumed (docs/interface.md §2).
 		{"main is a tier beyond the count", map[string]string{"BILLING_KAFKA_TOPIC": "billing.order-confirmed.retry.9"},
 			[]string{"BILLING_KAFKA_TOPIC", "BILLING_KAFKA_RETRY_TOPIC_PREFIX"}},
 	}

@@ -20,15 +20,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	kafkain "github.com/acme/billing/adapters/in/kafka"
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ordertest"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/app"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/metrics"
+	"github.com/acme/billing/internal/reconcile"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/pgcluster"
@@ -81,7 +84,7 @@ type Report struct {
 	DoubleCharged []string
 	GatewayCalls  int
 	Gateway503    int
-	DLQ           []kafkago.Message
+	DLQ           []kafkain.Record
 	BadSent       []string
 	Elapsed       time.Duration
 	// Published counts the invoice events on the invoice topic by type;
@@ -89,6 +92,9 @@ type Report struct {
 	// event id, the one of their transition (empty when all do).
 	Published       map[order.InvoiceEventType]int
 	EventIDProblems []string
+	// Reconciled is `billing reconcile`'s run over the demo's period,
+	// once the service stopped: the invoices against the stub's records.
+	Reconciled order.ReconcileResult
 }
 
 const (
@@ -126,6 +132,10 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 	}
 	defer kc.Close()
 	brokers := kc.ListenAddrs()
+	client, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: brokers, ClientID: "billing-demo"})
+	if err != nil {
+		return nil, err
+	}
 
 	// Postgres.
 	dsn := o.DatabaseURL
@@ -161,15 +171,19 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 	}
 
 	cfg := config.Config{
-		KafkaBrokers: brokers, KafkaTopic: topic, KafkaGroupID: group,
-		KafkaRetryTopicPrefix: "billing.order-confirmed.retry",
-		RetryDelays:           []config.Duration{config.Duration(time.Second), config.Duration(2 * time.Second)},
-		KafkaDLQTopic:         "billing.order-confirmed.dlq", KafkaClientID: "billing-demo",
-		DatabaseURL:    config.Secret(dsn),
-		PaymentBaseURL: gwURL, PaymentTimeout: 5 * time.Second, DefaultCurrency: "USD",
-		MaxInFlight: o.MaxInFlight, DedupRetention: 168 * time.Hour, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour, HTTPAddr: "127.0.0.1:0",
-		LogLevel: "info", MigrateOnStart: true, ShutdownTimeout: 10 * time.Second,
-		PublishEvents: true, KafkaInvoiceTopic: invoiceTopic,
+		Kafka: config.Kafka{
+			KafkaBrokers: brokers, KafkaTopic: topic, KafkaGroupID: group,
+			KafkaRetryTopicPrefix: "billing.order-confirmed.retry",
+			RetryDelays:           []config.Duration{config.Duration(time.Second), config.Duration(2 * time.Second)},
+			KafkaDLQTopic:         "billing.order-confirmed.dlq", KafkaClientID: "billing-demo", KafkaInvoiceTopic: invoiceTopic,
+		},
+		Database: config.Database{DatabaseURL: config.Secret(dsn)},
+		Gateway:  config.Gateway{PaymentBaseURL: gwURL},
+		Rules: config.Rules{PaymentTimeout: 5 * time.Second, PendingResumeAfter: 15 * time.Minute, GatewayKeyTTL: 24 * time.Hour,
+			PublishEvents: true},
+		Service: config.Service{DefaultCurrency: "USD", MaxInFlight: o.MaxInFlight, DedupRetention: 168 * time.Hour, HTTPAddr: "127.0.0.1:0",
+			MigrateOnStart: true, ShutdownTimeout: 10 * time.Second},
+		Log: config.Log{LogLevel: "info"},
 	}
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
@@ -196,7 +210,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 		return err
 	}
 
-	if err := produce(ctx, brokers, records); err != nil {
+	if err := produce(ctx, client, records); err != nil {
 		return nil, halt(err)
 	}
 	fmt.Fprintf(out, "billing demo: produced %d records on %s (6 partitions); the service is working…\n", len(records), topic)
@@ -233,28 +247,48 @@ func Run(ctx context.Context, o Options, out io.Writer) (*Report, error) {
 		return nil, fmt.Errorf("service: %w", err)
 	}
 
-	rep, err := report(ctx, a, dsn, brokers, stub, len(records), badNames)
+	rep, err := report(ctx, a, dsn, client, stub, len(records), badNames)
 	if err != nil {
 		return nil, err
 	}
 	rep.Elapsed = elapsed
 	printReport(out, rep, o, cfg.KafkaDLQTopic)
 	fmt.Fprintf(out, "service log: %s\n", o.LogFile)
+
+	// The fourth line of defence: the invoices of the demo against the
+	// gateway's own records, both ways, as the daily CronJob runs it.
+	recon, err := reconcileDemo(ctx, cfg, log, order.Period{From: start.Add(-time.Minute), To: time.Now()})
+	if err != nil {
+		return rep, err
+	}
+	rep.Reconciled = recon.Result
+	fmt.Fprintf(out, "\nbilling reconcile (the invoices against the gateway's own records, both ways):\n")
+	if err := recon.Print(out); err != nil {
+		return rep, err
+	}
 	if len(rep.DoubleCharged) > 0 || rep.Invoices[order.StatusPending] > 0 {
 		return rep, errors.New("exactly-once check failed")
 	}
 	if len(rep.EventIDProblems) > 0 {
 		return rep, errors.New("invoice events check failed")
 	}
+	if rep.Reconciled.Total() > 0 {
+		return rep, errors.New("reconciliation found discrepancies")
+	}
 	return rep, nil
+}
+
+// reconcileDemo runs `billing reconcile` over p, as the CronJob does.
+func reconcileDemo(ctx context.Context, cfg config.Config, log *slog.Logger, p order.Period) (*reconcile.Report, error) {
+	return reconcile.RunConfigured(ctx, cfg, log, reconcile.Options{Period: p, By: "billing demo"}, time.Now())
 }
 
 // sampleRecords builds the records: new orders, re-sends, second events for
 // sent orders, declines, flaky ones and malformed values, shuffled within
 // the rule that an order's first event comes first (re-sends come after
 // what they re-send, as on a real topic).
-func sampleRecords(o Options, rng *rand.Rand, flaky map[string]bool) ([]kafkago.Message, []string, error) {
-	var first, later []kafkago.Message
+func sampleRecords(o Options, rng *rand.Rand, flaky map[string]bool) ([]kafkaclient.Message, []string, error) {
+	var first, later []kafkaclient.Message
 	var events []order.OrderConfirmedEvent
 	now := time.Now().UTC()
 	for i := range o.Orders {
@@ -273,11 +307,11 @@ func sampleRecords(o Options, rng *rand.Rand, flaky map[string]bool) ([]kafkago.
 			return nil, nil, err
 		}
 		events = append(events, evt)
-		v, err := order.Encode(evt)
+		v, err := wire.Encode(evt)
 		if err != nil {
 			return nil, nil, err
 		}
-		first = append(first, kafkago.Message{Key: []byte(evt.OrderID), Value: v})
+		first = append(first, kafkaclient.Message{Topic: topic, Key: []byte(evt.OrderID), Value: v})
 	}
 	for range o.Resends {
 		later = append(later, first[rng.IntN(len(first))])
@@ -289,29 +323,28 @@ func sampleRecords(o Options, rng *rand.Rand, flaky map[string]bool) ([]kafkago.
 		if err != nil {
 			return nil, nil, err
 		}
-		v, err := order.Encode(again)
+		v, err := wire.Encode(again)
 		if err != nil {
 			return nil, nil, err
 		}
-		later = append(later, kafkago.Message{Key: []byte(evt.OrderID), Value: v})
+		later = append(later, kafkaclient.Message{Topic: topic, Key: []byte(evt.OrderID), Value: v})
 	}
 	var badNames []string
 	corpus := ordertest.BadRecordCorpus()
 	rng.Shuffle(len(corpus), func(i, j int) { corpus[i], corpus[j] = corpus[j], corpus[i] })
 	for _, b := range corpus[:min(o.Bad, len(corpus))] {
 		badNames = append(badNames, b.Name)
-		later = append(later, kafkago.Message{Key: []byte("bad-" + b.Name), Value: b.Value})
+		later = append(later, kafkaclient.Message{Topic: topic, Key: []byte("bad-" + b.Name), Value: b.Value})
 	}
 	rng.Shuffle(len(later), func(i, j int) { later[i], later[j] = later[j], later[i] })
 	return append(first, later...), badNames, nil
 }
 
-func produce(ctx context.Context, brokers []string, msgs []kafkago.Message) error {
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	w := &kafkago.Writer{Addr: kafkago.TCP(brokers...), Topic: topic, Balancer: &kafkago.Hash{},
-		RequiredAcks: kafkago.RequireAll, BatchTimeout: time.Millisecond, BatchBytes: 16 << 20, Transport: tr}
-	defer w.Close()
+// produce writes msgs with the service's own writer (murmur2 on the key,
+// as Kafka's Java producers partition).
+func produce(ctx context.Context, kc *kafkaclient.Cluster, msgs []kafkaclient.Message) error {
+	w, closeW := kc.NewWriter()
+	defer func() { _ = closeW() }()
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		return fmt.Errorf("produce sample events: %w", err)
 	}
@@ -326,7 +359,7 @@ func counts(m *metrics.Metrics) map[string]int {
 	return out
 }
 
-func report(ctx context.Context, a *app.App, dsn string, brokers []string, stub *gatewaystub.Stub, n int, bad []string) (*Report, error) {
+func report(ctx context.Context, a *app.App, dsn string, kc *kafkaclient.Cluster, stub *gatewaystub.Stub, n int, bad []string) (*Report, error) {
 	rep := &Report{Records: n, Outcomes: counts(a.Metrics), Invoices: map[order.InvoiceStatus]int{}, BadSent: bad}
 	pool, err := postgres.NewPool(ctx, dsn, 2)
 	if err != nil {
@@ -358,10 +391,10 @@ func report(ctx context.Context, a *app.App, dsn string, brokers []string, stub 
 			rep.Gateway503++
 		}
 	}
-	if rep.DLQ, err = readTopic(ctx, brokers, "billing.order-confirmed.dlq"); err != nil {
+	if rep.DLQ, err = readTopic(ctx, kc, "billing.order-confirmed.dlq"); err != nil {
 		return nil, err
 	}
-	events, err := readTopic(ctx, brokers, invoiceTopic)
+	events, err := readTopic(ctx, kc, invoiceTopic)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +406,7 @@ func report(ctx context.Context, a *app.App, dsn string, brokers []string, stub 
 // invoice has exactly one distinct event id, its transition's (copies of
 // one id, a relay's retry, are allowed), and that no event names an order
 // without an invoice.
-func checkEvents(invs []order.Invoice, events []kafkago.Message) (map[order.InvoiceEventType]int, []string) {
+func checkEvents(invs []order.Invoice, events []kafkain.Record) (map[order.InvoiceEventType]int, []string) {
 	published := map[order.InvoiceEventType]int{}
 	ids := map[string]map[string]string{} // order → event id → event type
 	var problems []string
@@ -441,39 +474,21 @@ func waitOutboxEmpty(ctx context.Context, dsn string, deadline time.Time) error 
 	}
 }
 
-// readTopic reads every record of a topic (all partitions, from the start).
-func readTopic(ctx context.Context, brokers []string, t string) ([]kafkago.Message, error) {
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Transport: tr}
-	md, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{t}})
+// readTopic reads every record of a topic (all partitions, from the start)
+// through the service's door to Kafka (kafkain.ReadLog).
+func readTopic(ctx context.Context, kc *kafkaclient.Cluster, t string) ([]kafkain.Record, error) {
+	parts, err := kc.Offsets(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	var out []kafkago.Message
-	for _, tp := range md.Topics {
-		for _, p := range tp.Partitions {
-			lo, err := cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{t: {kafkago.LastOffsetOf(p.ID)}}})
-			if err != nil {
-				return nil, err
-			}
-			end := lo.Topics[t][0].LastOffset
-			if end <= 0 {
-				continue
-			}
-			r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: t, Partition: p.ID, MaxWait: 100 * time.Millisecond, MaxBytes: 16 << 20})
-			for {
-				m, err := r.ReadMessage(ctx)
-				if err != nil {
-					r.Close()
-					return nil, err
-				}
-				out = append(out, m)
-				if m.Offset >= end-1 {
-					break
-				}
-			}
-			r.Close()
+	var out []kafkain.Record
+	for _, p := range parts {
+		err := kafkain.ReadLog(ctx, kc.Access(), t, p.Partition, p.First, p.End, 0, func(r kafkain.Record) (bool, error) {
+			out = append(out, r)
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -500,7 +515,7 @@ func printReport(out io.Writer, r *Report, o Options, dlq string) {
 		r.GatewayCalls, r.Gateway503, r.Charges, r.ChargedOrders)
 	var names []string
 	for _, m := range r.DLQ {
-		if v, ok := headerOf(m, "x-error"); ok {
+		if v, ok := m.Header(kafkain.HeaderError); ok {
 			names = append(names, v)
 		}
 	}
@@ -533,13 +548,4 @@ func printReport(out io.Writer, r *Report, o Options, dlq string) {
 	} else {
 		p("exactly once: FAILED — double charged: %v, pending: %d", r.DoubleCharged, r.Invoices[order.StatusPending])
 	}
-}
-
-func headerOf(m kafkago.Message, k string) (string, bool) {
-	for _, h := range m.Headers {
-		if h.Key == k {
-			return string(h.Value), true
-		}
-	}
-	return "", false
 }

@@ -2,16 +2,24 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/testkit/needs"
+	"github.com/acme/billing/internal/testkit/pgcluster"
 )
 
 // The demo is the embedded default: it must run with nothing started and
 // tell the truth about what happened to each kind of record.
 func TestDemo(t *testing.T) {
+	// It starts its own Postgres, as `make demo` does.
+	needs.External(t, "a Postgres server")
+	if _, err := pgcluster.FindBinDir(); errors.Is(err, pgcluster.ErrUnavailable) {
+		needs.Missing(t, err)
+	}
 	var out strings.Builder
 	o := Options{Orders: 40, Resends: 10, SecondEvents: 5, Declines: 3, Flaky: 2, Bad: 6,
 		LogFile: filepath.Join(t.TempDir(), "demo.log"), Seed: 42}
@@ -33,6 +41,11 @@ func TestDemo(t *testing.T) {
 	}
 	if len(rep.DLQ) != 6 || rep.Gateway503 != 2 {
 		t.Errorf("DLQ %d records, %d gateway 503s", len(rep.DLQ), rep.Gateway503)
+	}
+	// It ends with the reconciliation's summary: every order, nothing
+	// differing between the invoices and the gateway's records.
+	if !strings.HasSuffix(out.String(), "\nreconciled 40 orders: 0 discrepancies\n") || rep.Reconciled.Orders != 40 {
+		t.Errorf("the demo does not end with \"reconciled 40 orders: 0 discrepancies\" (%+v):\n%s", rep.Reconciled, out.String())
 	}
 	for _, s := range []string{"exactly once: OK", "dead-letter topic", "duplicate_order"} {
 		if !strings.Contains(out.String(), s) {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	httpgateway "github.com/acme/billing/adapters/out/http"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres"
@@ -63,7 +64,7 @@ func TestSpanTreeOfOneRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	value, err := order.Encode(evt)
+	value, err := wire.Encode(evt)
 	if err != nil {
 		t.Fatal(err)
 	}

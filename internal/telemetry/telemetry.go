@@ -6,7 +6,7 @@
 // Tracing is off unless the environment asks for it: with no OTEL_*
 // variable set there is no exporter, no batching goroutine and no network
 // traffic, and the record's W3C traceparent is still passed on to the
-// gateway unchanged (CONTRACT.md §3).
+// gateway unchanged (docs/interface.md §3).
 package telemetry
 
 import (

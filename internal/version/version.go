@@ -67,7 +67,8 @@ func Get() Info {
 	return info
 }
 
-// String is the line `billing version` prints.
+// String is the first line `billing version` prints: the release
+// (CHANGELOG.md), then the build's own version, revision and Go.
 func (i Info) String() string {
-	return "billing " + i.Version + " (revision " + i.Revision + ", " + i.GoVersion + ")"
+	return "billing " + Release + " (build " + i.Version + ", revision " + i.Revision + ", " + i.GoVersion + ")"
 }

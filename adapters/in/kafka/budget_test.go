@@ -36,6 +36,71 @@ func TestByteBudget(t *testing.T) {
 	}
 }
 
+// The process's budget lets a charge through while it fits; over it, a
+// batch only when nothing is held, a record only when no record is held;
+// and waiters go on once enough is released.
+func TestMemoryBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		t.Cleanup(cancel)
+		return c
+	}
+	b := NewMemoryBudget(100, nil)
+	if err := b.AcquireBatch(ctx, 250); err != nil { // more than the budget, nothing held
+		t.Fatal(err)
+	}
+	if err := b.AcquireBatch(short(), 1); err == nil {
+		t.Fatal("a batch admitted over the budget while another is held")
+	}
+	// A record while no record is held: the batch's own records go on.
+	if err := b.AcquireRecord(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AcquireRecord(short(), 10); err == nil {
+		t.Fatal("a second record admitted over the budget")
+	}
+	got := make(chan error)
+	go func() { got <- b.AcquireRecord(ctx, 10) }()
+	b.ReleaseRecord(10)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	b.ReleaseBatch(250)
+	if all, records := b.Held(); all != 10 || records != 10 {
+		t.Fatalf("held %d (%d records), want 10 (10)", all, records)
+	}
+	// Under the budget, both kinds fit side by side.
+	if err := b.AcquireBatch(ctx, 60); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AcquireRecord(ctx, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AcquireBatch(short(), 1); err == nil {
+		t.Fatal("a batch admitted past the budget")
+	}
+	b.ReleaseRecord(40)
+	b.ReleaseBatch(60)
+	if all, records := b.Held(); all != 0 || records != 0 {
+		t.Errorf("held %d (%d records) after every release", all, records)
+	}
+}
+
+// A record's own headers are all but the first of each header the service
+// adds; DecodedRecordHeaders leaves room for those.
+func TestOwnHeaders(t *testing.T) {
+	t.Parallel()
+	if DecodedRecordHeaders != MaxRecordHeaders+len(serviceHeaders) {
+		t.Fatalf("DecodedRecordHeaders = %d, want %d + %d", DecodedRecordHeaders, MaxRecordHeaders, len(serviceHeaders))
+	}
+	hs := []Header{{Key: "a"}, {Key: HeaderOriginalTopic}, {Key: HeaderOriginalTopic}, {Key: HeaderReplayedAt}, {Key: "x-other"}, {Key: "traceparent"}}
+	if got := ownHeaders(hs); got != 4 {
+		t.Errorf("ownHeaders = %d, want 4 (a, the second x-original-topic, x-other, traceparent)", got)
+	}
+}
+
 // The budget counts what a record holds in memory, not its size on the
 // wire: an empty header is two bytes on the wire and a
 // Go struct in memory, so 900 KB of them held twenty times more than
@@ -51,8 +116,8 @@ func TestRecordBytesCountsWhatARecordHolds(t *testing.T) {
 		headers, key, value int // headers, and the bytes of each one's key and value
 		body                int
 	}{
-		{"450,000 empty headers", 450_000, 0, 0, 200},
-		{"100,000 one-byte headers", 100_000, 1, 1, 200},
+		{"the most empty headers a record may carry", MaxRecordHeaders, 0, 0, 200},
+		{"the most one-byte headers a record may carry", MaxRecordHeaders, 1, 1, 200},
 		{"a few headers, a large value", 3, 11, 55, 1_000_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
@@ -111,5 +112,46 @@ func TestBusyRecordGivesWayToShutdown(t *testing.T) {
 	}
 	if got := kafkatest.CommittedOffsets(t, brokers, group, topic)[0]; got > 0 {
 		t.Errorf("partition 0 committed at %d, want nothing past p0-busy", got)
+	}
+}
+
+// TestAttemptWaitIsSeen: an event waiting for another path's attempt of
+// its invoice holds its partition's commits behind it; the wait is
+// counted once per event, shown while it lasts, and logged when it begins
+// and ends with the order it waits for (issue 31.7: it was invisible).
+func TestAttemptWaitIsSeen(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var logs syncbuf.Buffer
+	r.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	release := make(chan struct{})
+	h := &scriptedHandler{fn: func(v string, n int) (order.Outcome, error) {
+		if v == "busy" {
+			select {
+			case <-release:
+				return order.OutcomeCharged, nil
+			default:
+				return "", &order.AttemptBusyError{OrderID: "ord-busy", Wait: 10 * time.Second}
+			}
+		}
+		return order.OutcomeCharged, nil
+	}}
+	r.send(t, "busy")
+	r.run(t, 0, r.topic, r.group, h, kafkatest.NewMessageWriter(t, r.brokers, ""))
+	poll.Until(t, "the event waiting, three looks in", 15*time.Second, func() bool {
+		return h.count("busy") >= 3 && testGauge(t, r.m.AttemptWaiting) == 1
+	})
+	if got := testutil.ToFloat64(r.m.AttemptWaits.WithLabelValues(r.topic)); got != 1 {
+		t.Errorf("billing_attempt_waits_total{topic=main} = %v after %d looks, want 1 (one per event)", got, h.count("busy"))
+	}
+	close(release)
+	poll.Until(t, "the event charged, its wait over", 15*time.Second, func() bool {
+		return testutil.ToFloat64(r.m.Events.WithLabelValues(string(order.OutcomeCharged))) == 1 && testGauge(t, r.m.AttemptWaiting) == 0
+	})
+	out := logs.String()
+	for _, want := range []string{`"msg":"event waits for another attempt of its invoice`, `"msg":"event waited for another attempt of its invoice"`, `"order_id":"ord-busy"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
 	}
 }

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/health"
 	"github.com/acme/billing/internal/metrics"
 )
 
@@ -42,6 +45,13 @@ type Options struct {
 	// generation (default 5s). The group's rebalance waits for it, so it
 	// must stay well under the rebalance timeout.
 	RevokeTimeout time.Duration
+	// Hold, when set, stops consumption while any of its reasons holds (an
+	// operator's pause, a release the process is not safe beside): the
+	// consumer stops fetching, gives its in-flight events the revoke grace,
+	// commits, leaves the group, and joins again once the hold is open. It
+	// verifies the hold (Hold.Verify) before it joins and before it fetches
+	// from the partitions a generation gave it.
+	Hold *Hold
 }
 
 // Consumer consumes one topic. See the package documentation.
@@ -49,8 +59,8 @@ type Consumer struct {
 	src     Source
 	handler MessageHandler
 	router  *Router
-	pause   *Pause
-	m       *metrics.Metrics
+	pause   *health.Pause
+	m       *metrics.Consumer
 	log     *slog.Logger
 	opts    Options
 	policy  order.RetryPolicy // the router's: one policy for deciding and routing
@@ -74,15 +84,15 @@ type delivery struct {
 	part *partState
 	gen  *sync.WaitGroup // the generation's events in flight
 	// held is the event's part in the outages it meets; a record let
-	// through as an outage's probe event starts held for it (Pause).
-	held holding
+	// through as an outage's probe event starts held for it (health.Pause).
+	held health.Holding
 }
 
 func deliveryKey(d delivery) string { return orderingKey(d.msg) }
 
 // NewConsumer returns a consumer of src handling records with h and routing
 // failures through r, retrying as r's policy (Routes.Policy) says.
-func NewConsumer(src Source, h MessageHandler, r *Router, pause *Pause, m *metrics.Metrics, log *slog.Logger, o Options) *Consumer {
+func NewConsumer(src Source, h MessageHandler, r *Router, pause *health.Pause, m *metrics.Consumer, log *slog.Logger, o Options) *Consumer {
 	if o.MaxInFlight < 1 {
 		o.MaxInFlight = 1
 	}
@@ -126,17 +136,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 	failures := 0
 	var runErr error
 	for ctx.Err() == nil {
-		gen, err := c.src.Next(ctx)
+		if !c.awaitHold(ctx) {
+			break
+		}
+		gen, err := c.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
+			}
+			if errors.Is(err, errHeld) {
+				continue // held while joining: awaitHold leaves
 			}
 			if errors.Is(err, ErrSourceClosed) {
 				runErr = fmt.Errorf("consumer group: %w", err)
 				break
 			}
 			c.log.Error("join group failed, retrying", slog.String("error", err.Error()))
-			if sleep(ctx, c.policy.Fetch.Delay(failures)) != nil {
+			if sleep(ctx, fetchDelay(failures)) != nil {
 				break
 			}
 			failures++
@@ -149,6 +165,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 		done := make(chan struct{})
 		gen.Start(func(genCtx context.Context) {
 			defer close(done)
+			if c.opts.Hold != nil {
+				// A member of a release this one is not safe beside may
+				// have joined with this generation (and, as its leader,
+				// given this member partitions): look before fetching.
+				if !c.opts.Hold.Verify(genCtx) {
+					return
+				}
+				var release context.CancelFunc
+				genCtx, release = c.opts.Hold.whileOpen(genCtx)
+				defer release()
+			}
 			c.runGeneration(ctx, genCtx, gen, d, cancelWork)
 		})
 		<-done
@@ -157,6 +184,51 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// nothing, but shutdown waits for them as for any other.
 	c.drain(d, cancelWork)
 	return runErr
+}
+
+// awaitHold returns at once without a Hold; with one, it verifies it and,
+// while consumption is held, leaves the group and waits until the hold is
+// open again. false when ctx ended first.
+func (c *Consumer) awaitHold(ctx context.Context) bool {
+	h := c.opts.Hold
+	if h == nil {
+		return true
+	}
+	left := false
+	for {
+		if h.Verify(ctx) {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if !left {
+			left = true
+			_, why := h.Held()
+			if err := c.src.Leave(); err != nil {
+				c.log.Warn("leave the group", slog.String("error", err.Error()))
+			}
+			c.log.Info("consumption held: not in the group, nothing fetched", slog.String("why", why))
+		}
+		if !h.WaitOpen(ctx) {
+			return false
+		}
+	}
+}
+
+// next waits for the next generation; with a Hold, a hold that begins
+// meanwhile ends the wait with errHeld.
+func (c *Consumer) next(ctx context.Context) (Generation, error) {
+	if c.opts.Hold == nil {
+		return c.src.Next(ctx)
+	}
+	nctx, release := c.opts.Hold.whileOpen(ctx)
+	defer release()
+	gen, err := c.src.Next(nctx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(nctx), errHeld) {
+		return nil, errHeld
+	}
+	return gen, err
 }
 
 // drain waits up to DrainTimeout for every dispatched event, then cancels
@@ -185,7 +257,11 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen Generation, d
 	var parts []*partState
 	var inGen sync.WaitGroup
 	var fetchers sync.WaitGroup
+	owned := map[string][]int{}
 	for _, a := range gen.Assignments() {
+		owned[a.Topic] = append(owned[a.Topic], a.Partition)
+		c.m.Assigned.WithLabelValues(a.Topic, strconv.Itoa(a.Partition)).Set(1)
+		defer c.m.Assigned.DeleteLabelValues(a.Topic, strconv.Itoa(a.Partition))
 		ps := newPartState(a.Topic, a.Partition, a.Offset)
 		parts = append(parts, ps)
 		r := c.src.OpenPartition(a.Topic, a.Partition, a.Offset)
@@ -199,7 +275,14 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen Generation, d
 			}
 		}()
 	}
-	c.log.Info("partitions assigned", slog.Int("generation", int(gen.ID())), slog.Int("partitions", len(parts)))
+	// Which partitions this pod owns, at every assignment: the answer to
+	// "which pod owns partition N" (BillingPartitionStuck's runbook), with
+	// billing_partition_assigned.
+	for _, ps := range owned {
+		slices.Sort(ps)
+	}
+	c.log.Info("partitions assigned", slog.Int("generation", int(gen.ID())), slog.Int("partitions", len(parts)),
+		slog.Any("assigned", owned))
 
 	t := time.NewTicker(c.opts.CommitInterval)
 	for fetchCtx.Err() == nil {
@@ -215,8 +298,11 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen Generation, d
 	if stop.Err() != nil {
 		c.drain(d, cancelWork)
 	} else {
-		c.log.Info("generation ended; its partitions' events get the revoke grace before the final commit",
-			slog.Int("generation", int(gen.ID())), slog.Duration("grace", c.opts.RevokeTimeout))
+		msg := "generation ended; its partitions' events get the revoke grace before the final commit"
+		if errors.Is(context.Cause(genCtx), errHeld) {
+			msg = "consumption held: fetching stopped; in-flight events get the revoke grace before the final commit and the group is left"
+		}
+		c.log.Info(msg, slog.Int("generation", int(gen.ID())), slog.Duration("grace", c.opts.RevokeTimeout))
 		idle := make(chan struct{})
 		go func() { inGen.Wait(); close(idle) }()
 		rt := time.NewTimer(c.opts.RevokeTimeout)
@@ -240,7 +326,7 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen Generation, d
 func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partState, inGen *sync.WaitGroup, d *dispatcher[delivery]) {
 	failures := 0
 	for {
-		if !c.pause.awaitFetch(ctx) {
+		if !c.pause.AwaitFetch(ctx) {
 			return
 		}
 		msg, err := r.Fetch(ctx)
@@ -250,7 +336,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 			}
 			c.log.Error("fetch failed, retrying", slog.String("topic", ps.topic), slog.Int("partition", ps.partition),
 				slog.String("error", err.Error()))
-			if sleep(ctx, c.policy.Fetch.Delay(failures)) != nil {
+			if sleep(ctx, fetchDelay(failures)) != nil {
 				return
 			}
 			failures++
@@ -265,24 +351,28 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 		if c.opts.Tier > 0 {
 			eligible, _ = c.notBefore(msg, fetched)
 		}
-		held, ok := c.pause.admit(ctx, eligible)
+		held, ok := c.pause.Admit(ctx, eligible)
 		if !ok {
+			msg.held.release()
 			return
 		}
 		size := recordBytes(msg)
 		if !c.budget.acquire(ctx, size) {
-			held.leave()
+			held.Leave()
+			msg.held.release()
 			return
 		}
 		if !d.acquire(ctx) {
-			held.leave()
+			held.Leave()
 			c.budget.release(size)
+			msg.held.release()
 			return
 		}
 		if !ps.fetched(msg.Offset) {
-			held.leave()
+			held.Leave()
 			<-d.slots
 			c.budget.release(size)
+			msg.held.release()
 			return
 		}
 		inGen.Add(1)
@@ -298,11 +388,12 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 func (c *Consumer) process(work context.Context, dl delivery) {
 	msg := dl.msg
 	held := dl.held // the outages this event met: its next try is a probe of them
-	defer held.leave()
+	defer held.Leave()
 	defer func() {
 		c.m.InFlight.WithLabelValues(msg.Topic).Dec()
 		c.inFlight.Add(-1)
 		c.budget.release(recordBytes(msg))
+		msg.held.release()
 		dl.gen.Done()
 	}()
 	stop := dl.stop
@@ -321,10 +412,13 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 		return
 	}
 	start := c.now() // after the wait: handle latency is the work, not the delay
+	var waiting waitForAttempt
+	defer waiting.end(c, log)
 	for attempt := 0; ; attempt++ {
+		began := c.pause.ResumeCount()
 		outcome, err := c.handle(work, msg, log)
 		if err == nil {
-			held.answered(outcome)
+			held.Answered(outcome)
 			c.final(dl, outcome, start)
 			if c.log.Enabled(work, slog.LevelDebug) {
 				log().Debug("event handled", slog.String("outcome", string(outcome)))
@@ -344,6 +438,7 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 			// event has sent nothing: it looks again later, and gives way
 			// (uncommitted, for whoever owns the partition next) rather
 			// than hold up a rebalance or a drain.
+			waiting.begin(c, msg.Topic, err, log)
 			if sleep(stop, d.Delay) != nil {
 				log().Info("event waiting for another attempt of its invoice gave way to shutdown or a rebalance, left uncommitted")
 				return
@@ -355,8 +450,11 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 			if errors.As(err, &oe) {
 				dep = oe.Dependency
 			}
-			held.meet(dep, err)
-			if held.holdOff(stop, dep, d.Delay) != nil {
+			if c.pause.Stale(dep, began) {
+				continue // an outage that ended while this attempt was in flight
+			}
+			held.Meet(dep, err)
+			if held.HoldOff(stop, dep, d.Delay) != nil {
 				log().Info("event interrupted by shutdown or a rebalance during an outage, left uncommitted")
 				return
 			}
@@ -364,7 +462,7 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 		}
 		var ve *order.ValidationError
 		if !errors.As(err, &ve) {
-			held.answered("") // the dependency answered, though not with success
+			held.Answered("") // the dependency answered, though not with success
 		}
 		outcome, rerr := c.router.route(work, stop, msg, c.opts.Tier, d, err)
 		if rerr != nil {
@@ -374,6 +472,42 @@ func (c *Consumer) process(work context.Context, dl delivery) {
 		c.final(dl, outcome, start)
 		return
 	}
+}
+
+// waitForAttempt is an event's wait for another path's attempt of its
+// invoice (the fence, docs/interface.md §4): counted and logged once when it
+// begins, and when it ends, so a wait that holds a partition's commits is
+// seen (billing_attempt_waits_total, billing_attempt_waiting).
+type waitForAttempt struct {
+	since   time.Time
+	orderID string
+}
+
+// begin records the start of the wait that err (an *order.AttemptBusyError)
+// asks for; a wait already begun goes on.
+func (w *waitForAttempt) begin(c *Consumer, topic string, err error, log func() *slog.Logger) {
+	if !w.since.IsZero() {
+		return
+	}
+	w.since = c.now()
+	var wait time.Duration
+	if be, ok := errors.AsType[*order.AttemptBusyError](err); ok {
+		w.orderID, wait = be.OrderID, be.Wait
+	}
+	c.m.AttemptWaits.WithLabelValues(topic).Inc()
+	c.m.AttemptWaiting.Inc()
+	log().Info("event waits for another attempt of its invoice: its key may be at the gateway",
+		slog.String("order_id", w.orderID), slog.Duration("attempt_ends_within", wait))
+}
+
+// end records the end of a wait that began, however the event went on.
+func (w *waitForAttempt) end(c *Consumer, log func() *slog.Logger) {
+	if w.since.IsZero() {
+		return
+	}
+	c.m.AttemptWaiting.Dec()
+	log().Info("event waited for another attempt of its invoice", slog.String("order_id", w.orderID),
+		slog.Duration("waited", c.now().Sub(w.since)))
 }
 
 // handle runs the handler; a panic becomes the record's permanent error
@@ -390,8 +524,15 @@ func (c *Consumer) handle(ctx context.Context, msg Record, log func() *slog.Logg
 	}()
 	if msg.HeadersDropped > 0 {
 		return "", &order.PermanentError{Op: "read record", Err: fmt.Errorf(
-			"%d headers, more than the %d the service reads: dead-lettered without its value; the original stays at x-original-*",
+			"%d headers of its own, more than the %d a record may carry: dead-lettered without its value; the original stays at x-original-*",
 			msg.HeadersDropped, MaxRecordHeaders)}
+	}
+	if msg.BatchOmitted != "" {
+		// docs/interface.md §5: never decompressed past the bound, each record of
+		// such a batch dead-lettered as a stub whose size is unknown.
+		return "", &order.PermanentError{Op: "read record", Err: fmt.Errorf(
+			"%s/%d: %s, over BILLING_KAFKA_MAX_BATCH_BYTES: not decoded, dead-lettered without its value",
+			msg.Topic, msg.Partition, msg.BatchOmitted)}
 	}
 	return c.handler.Handle(ctx, msg)
 }
@@ -400,12 +541,17 @@ func (c *Consumer) handle(ctx context.Context, msg Record, log func() *slog.Logg
 // The delay SLI is observed only where the event itself is final: a record
 // routed to a retry tier is observed again when that tier settles it, so
 // one order is one observation however many tiers it goes through
-// (CONTRACT §8); a dead-lettered one is final, and observed.
+// (docs/interface.md §8); a dead-lettered one is final, and observed. A replayed
+// record (x-replayed-at) is counted in billing_replayed_events_total and
+// never observed in the SLI again: its event was, when it was dead-lettered.
 func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 	c.m.Events.WithLabelValues(string(outcome)).Inc()
 	now := c.now()
 	c.m.HandleDuration.Observe(now.Sub(start).Seconds())
-	if outcome != order.OutcomeRetried {
+	switch {
+	case replayed(dl.msg):
+		c.m.ReplayedEvents.WithLabelValues(string(outcome)).Inc()
+	case outcome != order.OutcomeRetried:
 		c.m.EventDelay.Observe(now.Sub(eventTime(dl.msg)).Seconds())
 	}
 	dl.part.done(dl.msg.Offset)
@@ -413,7 +559,7 @@ func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 
 // waitNotBefore holds a retry record until its x-not-before, but no longer
 // than the tier's delay from when it was fetched: a later or unreadable value
-// is clamped to that (CONTRACT §5). One delay per tier keeps each tier in
+// is clamped to that (docs/interface.md §5). One delay per tier keeps each tier in
 // time order, so waiting here blocks nothing that could go earlier.
 func (c *Consumer) waitNotBefore(stop context.Context, msg Record, fetched time.Time) bool {
 	until, err := c.notBefore(msg, fetched)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,9 +15,12 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	kafkaclient "github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/internal/health"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/poll"
+	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }
@@ -53,7 +57,7 @@ type failingWriter struct {
 	refused atomic.Int64
 }
 
-func (f *failingWriter) WriteMessages(ctx context.Context, msgs ...kafkago.Message) error {
+func (f *failingWriter) WriteMessages(ctx context.Context, msgs ...kafkaclient.Message) error {
 	if f.failing.Load() {
 		f.refused.Add(1)
 		return errors.New("injected: broker did not acknowledge")
@@ -75,6 +79,7 @@ type rig struct {
 	group   string
 	m       *metrics.Metrics
 	routes  Routes
+	log     *slog.Logger // the consumers' log; nil discards it
 }
 
 func newRig(t *testing.T) *rig {
@@ -91,9 +96,12 @@ func newRig(t *testing.T) *rig {
 func (r *rig) run(t *testing.T, tier int, topic, group string, h MessageHandler, w MessageWriter) func() {
 	t.Helper()
 	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, group, topic))
-	log := slog.New(slog.DiscardHandler)
-	pause := NewPause(r.m.ConsumerPaused, log)
-	c := NewConsumer(reader, h, NewRouter(NewClientWriter(w), r.routes, r.m, pause, log), pause, r.m, log,
+	log := r.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pause := health.NewPause(&metrics.Outage{Paused: r.m.ConsumerPaused}, log)
+	c := NewConsumer(reader, h, NewRouter(NewClientWriter(w), r.routes, r.m.Router(), pause, log), pause, r.m.Consumer(), log,
 		Options{Tier: tier, MaxInFlight: 4,
 			CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second, RevokeTimeout: 500 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -136,7 +144,7 @@ func TestFailedDLQWriteIsNotCommitted(t *testing.T) {
 		}
 		return order.OutcomeCharged, nil
 	}}
-	fw := &failingWriter{w: kafkatest.NewWriter(t, r.brokers, "")}
+	fw := &failingWriter{w: kafkatest.NewMessageWriter(t, r.brokers, "")}
 	fw.failing.Store(true)
 	r.send(t, "ok-1", "bad", "ok-2")
 
@@ -189,7 +197,7 @@ func TestTransientGoesThroughTiersToDLQ(t *testing.T) {
 		}
 		return order.OutcomeCharged, nil
 	}}
-	w := kafkatest.NewWriter(t, r.brokers, "")
+	w := kafkatest.NewMessageWriter(t, r.brokers, "")
 	r.send(t, "flaky", "down")
 	r.run(t, 0, r.topic, r.group, h, w)
 	r.run(t, 1, "retry.1", "g.retry.1", h, w)
@@ -235,7 +243,7 @@ func TestOutagePausesWithoutRouting(t *testing.T) {
 		}
 		return order.OutcomeCharged, nil
 	}}
-	fw := &failingWriter{w: kafkatest.NewWriter(t, r.brokers, "")}
+	fw := &failingWriter{w: kafkatest.NewMessageWriter(t, r.brokers, "")}
 	r.send(t, "a", "b", "c")
 	r.run(t, 0, r.topic, r.group, h, fw)
 	poll.Until(t, "the pause", 15*time.Second, func() bool { return testutil.ToFloat64(r.m.ConsumerPaused) == 1 })
@@ -250,5 +258,28 @@ func TestOutagePausesWithoutRouting(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(r.m.RoutedWrites.WithLabelValues("dlq", "ok")) + testutil.ToFloat64(r.m.RoutedWrites.WithLabelValues("retry.1", "ok")); n != 0 {
 		t.Errorf("%v records routed during an outage, want 0", n)
+	}
+}
+
+// TestPartitionOwnerIsKnown: which partitions a pod owns is in its log at
+// every assignment and in billing_partition_assigned, which loses the
+// partitions when the pod stops holding them (BillingPartitionStuck's
+// runbook restarts the owner of a stuck partition).
+func TestPartitionOwnerIsKnown(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var logs syncbuf.Buffer
+	r.log = slog.New(slog.NewJSONHandler(&logs, nil))
+	stop := r.run(t, 0, r.topic, r.group, &chargeAll{}, kafkatest.NewMessageWriter(t, r.brokers, ""))
+	poll.Until(t, "both partitions of main owned", 30*time.Second, func() bool {
+		return testutil.CollectAndCount(r.m.Assigned) == 2 &&
+			testutil.ToFloat64(r.m.Assigned.WithLabelValues(r.topic, "0")) == 1 && testutil.ToFloat64(r.m.Assigned.WithLabelValues(r.topic, "1")) == 1
+	})
+	if out := logs.String(); !strings.Contains(out, `"msg":"partitions assigned"`) || !strings.Contains(out, `"assigned":{"main":[0,1]}`) {
+		t.Errorf("log has no line naming the partitions assigned:\n%s", out)
+	}
+	stop()
+	if n := testutil.CollectAndCount(r.m.Assigned); n != 0 {
+		t.Errorf("billing_partition_assigned has %d series after the consumer stopped, want none", n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 )
 
@@ -62,7 +63,7 @@ func NewOrderConfirmedHandler(b Biller, defaultCurrency string, opts ...HandlerO
 // trace when it has no valid one) when tracing is on. Each call is one span:
 // a record handled again after an outage gets one per attempt.
 func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg Record) (order.Outcome, error) {
-	// W3C Trace Context, as CONTRACT.md §3 names it: not configurable.
+	// W3C Trace Context, as docs/interface.md §3 names it: not configurable.
 	ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier(msg.Headers))
 	if h.tracer == nil {
 		return h.handle(ctx, msg, nil)
@@ -90,7 +91,7 @@ func (h *OrderConfirmedHandler) Handle(ctx context.Context, msg Record) (order.O
 
 // handle decodes and bills msg; span, when not nil, gets the event's ids.
 func (h *OrderConfirmedHandler) handle(ctx context.Context, msg Record, span trace.Span) (order.Outcome, error) {
-	evt, err := order.Decode(msg.Value, h.defaultCurrency)
+	evt, err := wire.Decode(msg.Value, h.defaultCurrency)
 	if err != nil {
 		return "", err
 	}

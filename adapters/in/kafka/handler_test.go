@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	kafkain "github.com/acme/billing/adapters/in/kafka"
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 )
 
@@ -100,7 +101,7 @@ func validEvent(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := order.Encode(evt)
+	b, err := wire.Encode(evt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/health"
+	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/poll"
 )
@@ -37,7 +39,7 @@ func TestForgedRoutingHeadersOnMainAreReplaced(t *testing.T) {
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) {
 		return "", &order.ValidationError{Field: "value", Reason: "not JSON"}
 	}}
-	r.run(t, 0, r.topic, r.group, h, kafkatest.NewWriter(t, r.brokers, ""))
+	r.run(t, 0, r.topic, r.group, h, kafkatest.NewMessageWriter(t, r.brokers, ""))
 	kafkatest.WaitCommitted(t, r.brokers, r.group, r.topic, 15*time.Second)
 	src := kafkatest.ReadAll(t, r.brokers, r.topic, 1, 10*time.Second)[0]
 	got := kafkatest.ReadAll(t, r.brokers, "dlq", 1, 10*time.Second)[0]
@@ -69,7 +71,10 @@ func TestTierKeepsOriginalHeaders(t *testing.T) {
 		{Key: HeaderOriginalOffset, Value: []byte("42")}, {Key: HeaderValueOmitted, Value: []byte("2000000")},
 		{Key: HeaderAttempt, Value: []byte("1")},
 	}}
-	hs := headerMap(kafkago.Message{Headers: kafkaHeaders(routedHeaders(msg, 1, "g", order.ClassPermanent, errors.New("x"), time.Now()))})
+	hs := map[string]string{}
+	for _, h := range routedHeaders(msg, 1, "g", order.ClassPermanent, errors.New("x"), time.Now()) {
+		hs[h.Key] = string(h.Value)
+	}
 	if hs[HeaderOriginalTopic] != "main" || hs[HeaderOriginalOffset] != "42" || hs[HeaderValueOmitted] != "2000000" {
 		t.Errorf("tier record's routing headers %v", hs)
 	}
@@ -124,8 +129,8 @@ func TestUnreadableHeaderIsNotLoggedVerbatim(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) { return order.OutcomeCharged, nil }}
 	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, "g.retry.1", "retry.1"))
-	pause := NewPause(r.m.ConsumerPaused, log)
-	c := NewConsumer(reader, h, NewRouter(NewClientWriter(kafkatest.NewWriter(t, r.brokers, "")), r.routes, r.m, pause, log), pause, r.m, log,
+	pause := health.NewPause(&metrics.Outage{Paused: r.m.ConsumerPaused}, log)
+	c := NewConsumer(reader, h, NewRouter(NewClientWriter(kafkatest.NewMessageWriter(t, r.brokers, "")), r.routes, r.m.Router(), pause, log), pause, r.m.Consumer(), log,
 		Options{Tier: 1, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -143,5 +148,29 @@ func TestUnreadableHeaderIsNotLoggedVerbatim(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"bytes":900000`) {
 		t.Errorf("the unreadable value's length is not logged: %.1000s", logs.String())
+	}
+}
+
+// TestReplayMarkFollowsTheRecord: a replayed record routed to a tier keeps
+// x-replayed-at, so its outcome on the tier is counted as a replay's too,
+// and not observed in the delay SLI.
+func TestReplayMarkFollowsTheRecord(t *testing.T) {
+	t.Parallel()
+	at := []byte("2026-12-05T10:00:00Z")
+	msg := Record{Topic: "main", Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: HeaderReplayedAt, Value: at}}}
+	for _, tier := range []int{0, 1} {
+		hs := routedHeaders(msg, tier, "g", order.ClassTransient, errors.New("503"), time.Now())
+		n := 0
+		for _, h := range hs {
+			if h.Key == HeaderReplayedAt && bytes.Equal(h.Value, at) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("tier %d: routed headers %v, want x-replayed-at once", tier, hs)
+		}
+	}
+	if !replayed(Record{Headers: []Header{{Key: HeaderReplayedAt, Value: at}}}) || replayed(Record{Headers: []Header{{Key: HeaderReplayedAt, Value: []byte("yes")}}}) {
+		t.Error("replayed(): want an RFC 3339 x-replayed-at only")
 	}
 }

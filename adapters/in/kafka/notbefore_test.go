@@ -14,7 +14,7 @@ import (
 
 // A tier honours x-not-before only up to its own delay from when it reads
 // the record: a far-future or unreadable value must not hold the record,
-// its slot and its partition's commits (CONTRACT §5).
+// its slot and its partition's commits (docs/interface.md §5).
 func TestTierClampsNotBefore(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -27,7 +27,7 @@ func TestTierClampsNotBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.run(t, 1, "retry.1", "g.retry.1", h, kafkatest.NewWriter(t, r.brokers, ""))
+	r.run(t, 1, "retry.1", "g.retry.1", h, kafkatest.NewMessageWriter(t, r.brokers, ""))
 	// The tier's delay is 100ms; the deadline only bounds a failing run.
 	poll.Until(t, "both records handled", 15*time.Second, func() bool { return h.count("far") == 1 && h.count("junk") == 1 })
 	kafkatest.WaitCommitted(t, r.brokers, "g.retry.1", "retry.1", 15*time.Second)

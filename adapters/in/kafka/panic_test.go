@@ -26,7 +26,7 @@ func TestHandlerPanicDeadLettersTheRecord(t *testing.T) {
 		return order.OutcomeCharged, nil
 	}}
 	r.send(t, "ok-1", "boom", "ok-2")
-	r.run(t, 0, r.topic, r.group, h, kafkatest.NewWriter(t, r.brokers, ""))
+	r.run(t, 0, r.topic, r.group, h, kafkatest.NewMessageWriter(t, r.brokers, ""))
 
 	dlq := kafkatest.ReadAll(t, r.brokers, "dlq", 1, 15*time.Second)
 	hs := map[string]string{}

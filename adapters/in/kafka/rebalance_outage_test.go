@@ -15,6 +15,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/health"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/poll"
@@ -81,7 +82,7 @@ func (h *depHandler) tried(v string) bool {
 type outageMember struct {
 	name  string
 	h     *depHandler
-	pause *Pause
+	pause *health.Pause
 	gauge prometheus.Gauge
 	// gaveWay is closed when the member logs that a held event was
 	// interrupted by a rebalance or shutdown; assigned when it logs that a
@@ -94,7 +95,7 @@ func (m *outageMember) paused() bool { p, _ := m.pause.Paused(); return p }
 
 // startOutageMember starts a consumer of topic in group named for
 // preferBalancer.
-func startOutageMember(t *testing.T, brokers []string, group, topic, name string, h *depHandler, probe Probe) *outageMember {
+func startOutageMember(t *testing.T, brokers []string, group, topic, name string, h *depHandler, probe health.Probe) *outageMember {
 	t.Helper()
 	om := &outageMember{name: name, h: h, gaveWay: make(chan struct{}), assigned: make(chan struct{})}
 	var logs syncbuf.Buffer
@@ -109,13 +110,13 @@ func startOutageMember(t *testing.T, brokers []string, group, topic, name string
 	})
 	m := metrics.New(prometheus.NewRegistry(), false)
 	om.gauge = m.ConsumerPaused
-	om.pause = NewPause(m.ConsumerPaused, log)
+	om.pause = health.NewPause(&metrics.Outage{Paused: m.ConsumerPaused}, log)
 	om.pause.Started()
 	routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, DLQTopic: topic + ".dlq", Policy: fastPolicy(time.Second)}
 	cfg := kafkatest.FastReaderConfig(brokers, group, topic)
 	cfg.GroupBalancers = []kafkago.GroupBalancer{preferBalancer{name}}
 	src := newTestSource(t, cfg)
-	c := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewWriter(t, brokers, "")), routes, m, om.pause, log), om.pause, m, log,
+	c := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewMessageWriter(t, brokers, "")), routes, m.Router(), om.pause, log), om.pause, m.Consumer(), log,
 		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
 			RevokeTimeout: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,7 +126,7 @@ func startOutageMember(t *testing.T, brokers []string, group, topic, name string
 	if probe != nil {
 		om.pause.SetProbe(h.dep, probe)
 		wg.Go(func() {
-			om.pause.Run(ctx, ProbeOptions{Every: 50 * time.Millisecond, WhilePaused: 20 * time.Millisecond})
+			om.pause.Run(ctx, health.ProbeOptions{Every: 50 * time.Millisecond, WhilePaused: 20 * time.Millisecond})
 		})
 	}
 	var once sync.Once
@@ -177,7 +178,7 @@ func waitSignal(t *testing.T, what string, ch <-chan struct{}) {
 // held for it away with the old generation. When dep answers again, every
 // member must resume and bill everything, whoever held the events that met
 // the outage. probe is dep's probe (nil: none, as for the gateway).
-func rebalanceOutageCase(t *testing.T, brokers []string, topic, group string, dep order.Dependency, probe Probe, joining bool) {
+func rebalanceOutageCase(t *testing.T, brokers []string, topic, group string, dep order.Dependency, probe health.Probe, joining bool) {
 	kafkatest.CreateTopics(t, brokers, 2, topic)
 	w := kafkatest.NewWriter(t, brokers, topic)
 	w.Balancer = byKeyPrefix
@@ -256,7 +257,7 @@ func TestRebalanceDuringOutage(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		dep     order.Dependency
-		probe   Probe
+		probe   health.Probe
 		joining bool
 	}{
 		{"gateway/joining", order.DependencyGateway, nil, true},

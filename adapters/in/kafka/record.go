@@ -20,11 +20,35 @@ type Record struct {
 	// Time is the record's timestamp; zero on a record to be written lets
 	// the writer stamp it.
 	Time time.Time
-	// HeadersDropped, when not 0, is how many headers the record carried,
-	// more than the client decodes (a header flood, see source.go): they
-	// were skipped, and Headers is empty. Such a record is not handled: it
+	// HeadersDropped, when not 0, is how many headers of its own the
+	// record carried, more than MaxRecordHeaders (a header flood, see
+	// bounds.go), and Headers is empty. Such a record is not handled: it
 	// goes to the DLQ as a stub that names where the original is.
 	HeadersDropped int64
+	// BatchOmitted, when set, says that the record stands for an offset of
+	// a compressed batch the client did not decode, because it holds more
+	// than BILLING_KAFKA_MAX_BATCH_BYTES once decompressed: which batch
+	// (codec, base offset, offsets) and why. It has no key, value or
+	// headers. Such a record is not handled: it goes to the DLQ as a stub
+	// whose size is unknown (ValueOmittedUnknown).
+	BatchOmitted string
+
+	// held is the share of the process's memory budget the record holds
+	// from its decoding until its outcome is final (MemoryBudget).
+	held charge
+}
+
+// charge is bytes of a memory budget that something holds.
+type charge struct {
+	b interface{ ReleaseRecord(n int64) }
+	n int64
+}
+
+// release gives the bytes back; a zero charge gives nothing.
+func (c charge) release() {
+	if c.b != nil && c.n > 0 {
+		c.b.ReleaseRecord(c.n)
+	}
 }
 
 // Header is one record header. It has the shape of kafka-go's header, so

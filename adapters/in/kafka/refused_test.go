@@ -16,6 +16,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
+	"github.com/acme/billing/internal/health"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/poll"
@@ -107,13 +108,13 @@ func (r *refusedRig) consume(t *testing.T) (stop func()) {
 	}
 	w, closeW := kc.NewWriter()
 	log := slog.New(slog.DiscardHandler)
-	pause := NewPause(r.paused, log)
+	pause := health.NewPause(&metrics.Outage{Paused: r.paused}, log)
 	routes := Routes{Group: r.group, RetryTopics: []string{r.tier}, DLQTopic: r.dl, Policy: fastPolicy(time.Second)}
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) {
 		return "", &order.ValidationError{Field: "value", Reason: "not JSON"}
 	}}
 	reader := newTestSource(t, kafkatest.FastReaderConfig(r.brokers, r.group, r.main))
-	c := NewConsumer(reader, h, NewRouter(NewClientWriter(w), routes, r.m, pause, log), pause, r.m, log,
+	c := NewConsumer(reader, h, NewRouter(NewClientWriter(w), routes, r.m.Router(), pause, log), pause, r.m.Consumer(), log,
 		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 5 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -144,7 +145,7 @@ func headerMap(m kafkago.Message) map[string]string {
 // A malformed record that fits the main topic but not the DLQ (1 MiB, the
 // broker's default) reaches the DLQ as an x-value-omitted stub; the two
 // small bad records beside it reach the DLQ whole; the partition's offset
-// moves past all three and the consumer never pauses (CONTRACT §5).
+// moves past all three and the consumer never pauses (docs/interface.md §5).
 func TestRefusedDLQWriteBecomesStub(t *testing.T) {
 	t.Parallel()
 	r := newRefusedRig(t, 2<<20)
@@ -226,13 +227,13 @@ func TestRefusedQuiescenceTime(t *testing.T) {
 // batchedWith refuses every batched write as a broker refuses a batch for
 // a neighbour's size (the neighbour keeps being retried beside it); writes
 // alone pass to the real writer w.
-type batchedWith struct{ w *kafkago.Writer }
+type batchedWith struct{ w MessageWriter }
 
-func (b *batchedWith) WriteMessages(context.Context, ...kafkago.Message) error {
+func (b *batchedWith) WriteMessages(context.Context, ...kafkaclient.Message) error {
 	return kafkago.WriteErrors{kafkago.MessageSizeTooLarge}
 }
 
-func (b *batchedWith) WriteAlone(ctx context.Context, msg kafkago.Message) error {
+func (b *batchedWith) WriteAlone(ctx context.Context, msg kafkaclient.Message) error {
 	return b.w.WriteMessages(ctx, msg)
 }
 
@@ -245,7 +246,7 @@ func TestNeighbourOfRefusedRecordIsWrittenWhole(t *testing.T) {
 		return "", &order.ValidationError{Field: "value", Reason: "not JSON"}
 	}}
 	r.send(t, "small")
-	r.run(t, 0, r.topic, r.group, h, &batchedWith{w: kafkatest.NewWriter(t, r.brokers, "")})
+	r.run(t, 0, r.topic, r.group, h, &batchedWith{w: kafkatest.NewMessageWriter(t, r.brokers, "")})
 	kafkatest.WaitCommitted(t, r.brokers, r.group, r.topic, 15*time.Second)
 	dlq := kafkatest.ReadAll(t, r.brokers, "dlq", 1, 10*time.Second)
 	if string(dlq[0].Value) != "small" {
@@ -272,7 +273,7 @@ func TestRecordOverBatchBytesBecomesStub(t *testing.T) {
 		kafkago.Message{Key: []byte("big"), Value: []byte(big)}, kafkago.Message{Key: []byte("small"), Value: []byte("small")}); err != nil {
 		t.Fatal(err)
 	}
-	w := kafkatest.NewWriter(t, r.brokers, "")
+	w := kafkatest.NewMessageWriter(t, r.brokers, "")
 	w.BatchBytes = 4 << 10
 	r.run(t, 0, r.topic, r.group, h, w)
 	kafkatest.WaitCommitted(t, r.brokers, r.group, r.topic, 15*time.Second)
@@ -296,7 +297,7 @@ type refusingWriter struct {
 	refusing atomic.Bool
 }
 
-func (f *refusingWriter) WriteMessages(ctx context.Context, msgs ...kafkago.Message) error {
+func (f *refusingWriter) WriteMessages(ctx context.Context, msgs ...kafkaclient.Message) error {
 	for _, m := range msgs {
 		if m.Topic == f.topic && f.refusing.Load() {
 			return kafkago.WriteErrors{kafkago.TopicAuthorizationFailed}
@@ -306,7 +307,7 @@ func (f *refusingWriter) WriteMessages(ctx context.Context, msgs ...kafkago.Mess
 }
 
 // When even the stub is refused (the DLQ not authorised), the DLQ is
-// unwritable: a fault of the service, not of the record (CONTRACT §4). The
+// unwritable: a fault of the service, not of the record (docs/interface.md §4). The
 // consumer pauses, never commits past the record, and once the DLQ takes
 // writes again the record reaches it and consumption resumes.
 func TestRefusedStubPauses(t *testing.T) {
@@ -325,7 +326,7 @@ func TestRefusedStubPauses(t *testing.T) {
 			bad = m
 		}
 	}
-	w := &refusingWriter{w: kafkatest.NewWriter(t, r.brokers, ""), topic: "dlq"}
+	w := &refusingWriter{w: kafkatest.NewMessageWriter(t, r.brokers, ""), topic: "dlq"}
 	w.refusing.Store(true)
 	r.run(t, 0, r.topic, r.group, h, w)
 	poll.Until(t, "the pause, the stub refused", 15*time.Second, func() bool {
@@ -350,7 +351,7 @@ func TestRefusedSeriesFromTheStart(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, false)
-	NewRouter(nil, Routes{RetryTopics: []string{"t.1"}, DLQTopic: "d"}, m, nil, slog.New(slog.DiscardHandler))
+	NewRouter(nil, Routes{RetryTopics: []string{"t.1"}, DLQTopic: "d"}, m.Router(), nil, slog.New(slog.DiscardHandler))
 	n, err := testutil.GatherAndCount(reg, "billing_routed_writes_total")
 	if err != nil {
 		t.Fatal(err)

@@ -30,13 +30,13 @@ func (w *captureWriter) WriteRecords(_ context.Context, recs ...Record) error {
 // A gateway's Retry-After never skips a tier: every configured
 // tier gets its attempt, so a 429 asking for 2 minutes goes to tier 1, not
 // straight to the tier whose delay covers the hint; tier 1 holds it for its
-// own delay, the longest a tier waits (CONTRACT §5).
+// own delay, the longest a tier waits (docs/interface.md §5).
 func TestRouteHonoursRetryAfter(t *testing.T) {
 	t.Parallel()
 	w := &captureWriter{}
 	routes := Routes{Group: "g", RetryTopics: []string{"t.1", "t.2", "t.3"}, DLQTopic: "dlq",
 		Policy: order.NewRetryPolicy(5*time.Second, time.Minute, 10*time.Minute)}
-	r := NewRouter(w, routes, metrics.New(prometheus.NewRegistry(), false), nil, slog.New(slog.DiscardHandler))
+	r := NewRouter(w, routes, metrics.New(prometheus.NewRegistry(), false).Router(), nil, slog.New(slog.DiscardHandler))
 	cause := &order.TransientError{Op: "charge", Err: errors.New("429 Too Many Requests"), RetryAfter: 2 * time.Minute}
 	before := time.Now()
 	outcome, err := r.Route(context.Background(), Record{Topic: "main", Key: []byte("k"), Value: []byte("v")},

@@ -15,6 +15,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/health"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/poll"
@@ -144,12 +145,12 @@ func member(t *testing.T, brokers []string, group, topic, name string, h Message
 func memberWith(t *testing.T, brokers []string, group, topic, name string, h MessageHandler, log *slog.Logger, grace time.Duration) func() {
 	t.Helper()
 	m := metrics.New(prometheus.NewRegistry(), false)
-	pause := NewPause(m.ConsumerPaused, log)
+	pause := health.NewPause(&metrics.Outage{Paused: m.ConsumerPaused}, log)
 	routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, DLQTopic: topic + ".dlq", Policy: order.NewRetryPolicy(time.Second)}
 	cfg := kafkatest.FastReaderConfig(brokers, group, topic)
 	cfg.GroupBalancers = []kafkago.GroupBalancer{preferBalancer{name}}
 	src := newTestSource(t, cfg)
-	c := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewWriter(t, brokers, "")), routes, m, pause, log), pause, m, log,
+	c := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewMessageWriter(t, brokers, "")), routes, m.Router(), pause, log), pause, m.Consumer(), log,
 		Options{MaxInFlight: 4, CommitInterval: 20 * time.Millisecond, DrainTimeout: 2 * time.Second,
 			RevokeTimeout: grace})
 	ctx, cancel := context.WithCancel(context.Background())

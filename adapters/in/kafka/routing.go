@@ -12,10 +12,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/health"
 	"github.com/acme/billing/internal/metrics"
 )
 
-// Headers added to retry and DLQ records (CONTRACT.md §5).
+// Headers added to retry and DLQ records (docs/interface.md §5).
 const (
 	HeaderOriginalTopic     = "x-original-topic"
 	HeaderOriginalPartition = "x-original-partition"
@@ -28,6 +29,14 @@ const (
 	HeaderConsumerGroup     = "x-consumer-group"
 	HeaderValueOmitted      = "x-value-omitted"
 )
+
+// HeaderReplayedAt marks a record written back to the main topic by
+// `billing dlq replay` (RFC 3339, the replay's time). It is not a routing
+// header: a replayed record routed to a tier keeps it, so the event is
+// counted as replayed wherever its outcome is final (Consumer.final). On
+// the main topic it is, like every x-* header there, written by someone
+// else: it only decides which metric observes the event (docs/interface.md §5).
+const HeaderReplayedAt = "x-replayed-at"
 
 // RoutingHeaders are the headers routing adds; a replay drops them so the
 // record goes back as it was first published.
@@ -52,8 +61,8 @@ type Routes struct {
 	Group       string   // written as x-consumer-group
 	RetryTopics []string // tier N is RetryTopics[N-1], one per Policy.TierDelays
 	DLQTopic    string
-	// Policy decides what happens to a failure (the consumers ask it) and
-	// spaces the retries of failed writes, fetches and outages.
+	// Policy decides what happens to a failure (the consumers ask it), and
+	// when: the tiers, the waits of outages and of busy invoices.
 	Policy order.RetryPolicy
 }
 
@@ -65,13 +74,13 @@ type Router struct {
 	routes Routes
 	now    func() time.Time
 	log    *slog.Logger
-	m      *metrics.Metrics
-	pause  *Pause
+	m      *metrics.Router
+	pause  *health.Pause
 }
 
 // NewRouter returns a Router writing through w. pause is told when writes
 // fail (Kafka unreachable) and when they succeed again; it may be nil.
-func NewRouter(w Writer, routes Routes, m *metrics.Metrics, pause *Pause, log *slog.Logger) *Router {
+func NewRouter(w Writer, routes Routes, m *metrics.Router, pause *health.Pause, log *slog.Logger) *Router {
 	// Every result of every destination is exported from the first scrape.
 	for _, topic := range append(slices.Clone(routes.RetryTopics), routes.DLQTopic) {
 		for _, result := range []string{"ok", "error", ResultRefused} {
@@ -113,12 +122,18 @@ func (r *Router) route(ctx, stop context.Context, msg Record, tier int, d order.
 		out.Topic = r.routes.DLQTopic
 	}
 	out.Headers = append(out.Headers, Header{Key: HeaderAttempt, Value: []byte(strconv.Itoa(attempt))})
-	if msg.HeadersDropped > 0 {
+	switch {
+	case msg.HeadersDropped > 0:
 		// Its headers were never decoded (a header flood): a copy would not
 		// be the original, so it goes as the stub a refused record becomes,
 		// naming where the original is.
 		out.Value = []byte{}
 		out.Headers = append(out.Headers, Header{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(msg.Value)))})
+	case msg.BatchOmitted != "":
+		// Nothing of it was decoded (its batch is over the bound): a stub
+		// of unknown size, naming where it is; x-error names the batch.
+		out.Value = []byte{}
+		out.Headers = append(out.Headers, Header{Key: HeaderValueOmitted, Value: []byte(ValueOmittedUnknown)})
 	}
 
 	res, err := r.deliver(ctx, stop, out)
@@ -155,19 +170,19 @@ var errStubRefused = errors.New("routed write refused even without its value")
 // deliver writes msg and returns once a write is acknowledged, and how. A
 // write the broker refuses for good (see refused) is retried once alone,
 // since a batch refused for one oversized record fails its neighbours too;
-// refused alone, it is written as an x-value-omitted stub (CONTRACT §5).
+// refused alone, it is written as an x-value-omitted stub (docs/interface.md §5).
 //
 // A stub refused too means that the destination takes nothing from this
 // service (not authorised, a topic that is gone): a fault of the service,
-// not of the record (CONTRACT §4), so the record must neither block its
+// not of the record (docs/interface.md §4), so the record must neither block its
 // partition as if it were bad nor be given up (its offset would then be
 // committed and the record be nowhere). The event is held for a Kafka
 // outage, which pauses consumption, and the whole sequence is tried again
 // after the policy's outage wait, until a write is acknowledged; it gives
 // way (an error) when stop ends, and ctx ends the writes themselves.
 func (r *Router) deliver(ctx, stop context.Context, msg Record) (routeResult, error) {
-	held := holding{p: r.pause}
-	defer held.leave()
+	held := r.pause.Hold()
+	defer held.Leave()
 	for attempt := 0; ; attempt++ {
 		res, err := r.deliverOnce(ctx, msg)
 		if !errors.Is(err, errStubRefused) {
@@ -187,8 +202,8 @@ func (r *Router) deliver(ctx, stop context.Context, msg Record) (routeResult, er
 		if r.pause == nil {
 			err = sleep(stop, delay)
 		} else {
-			held.meet(order.DependencyKafka, err)
-			err = held.holdOff(stop, order.DependencyKafka, delay)
+			held.Meet(order.DependencyKafka, err)
+			err = held.HoldOff(stop, order.DependencyKafka, delay)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("write to %s: %w", msg.Topic, err)
@@ -238,12 +253,12 @@ func (r *Router) alone(ctx context.Context, msgs ...Record) error {
 
 // write retries a retriable failure until the write is acknowledged or ctx
 // ends, and returns at once an error the broker will repeat (refused).
-// Retried failures are counted as result "error" and spaced by the policy's
-// Write schedule; its WriteOutageAfter in a row mean Kafka is unreachable
-// for writes, which pauses consumption.
+// Retried failures are counted as result "error" and spaced by writeDelay;
+// writeOutageAfter in a row mean Kafka is unreachable for writes, which
+// pauses consumption.
 func (r *Router) write(ctx context.Context, msg Record, write func(context.Context, ...Record) error) error {
-	held := holding{p: r.pause} // the Kafka outage this write met, if any
-	defer held.leave()
+	held := r.pause.Hold() // the Kafka outage this write met, if any
+	defer held.Leave()
 	for attempt := 0; ; attempt++ {
 		err := write(ctx, msg)
 		if err == nil {
@@ -264,13 +279,13 @@ func (r *Router) write(ctx context.Context, msg Record, write func(context.Conte
 		r.log.LogAttrs(ctx, slog.LevelError, "routed write failed, retrying",
 			slog.String("to", msg.Topic), slog.Int("attempt", attempt+1), slog.String("error", err.Error()))
 		wait := sleep
-		if attempt+1 >= r.routes.Policy.WriteOutageAfter && r.pause != nil {
-			held.meet(order.DependencyKafka, err)
+		if attempt+1 >= writeOutageAfter && r.pause != nil {
+			held.Meet(order.DependencyKafka, err)
 			wait = func(ctx context.Context, d time.Duration) error {
-				return held.holdOff(ctx, order.DependencyKafka, d)
+				return held.HoldOff(ctx, order.DependencyKafka, d)
 			}
 		}
-		if err := wait(ctx, r.routes.Policy.Write.Delay(attempt)); err != nil {
+		if err := wait(ctx, writeDelay(attempt)); err != nil {
 			return fmt.Errorf("write to %s: %w", msg.Topic, err)
 		}
 	}
@@ -287,7 +302,7 @@ func refused(err error) bool { return errors.Is(err, ErrRefused) }
 // headers anew. x-original-* (and x-value-omitted) are kept from the first
 // failure on, so only on a record read from a tier: on the main topic every
 // routing header was written by someone else and is replaced, never
-// trusted (CONTRACT §5).
+// trusted (docs/interface.md §5).
 func routedHeaders(msg Record, tier int, group string, class order.Class, cause error, now time.Time) []Header {
 	var out []Header
 	orig := map[string][]byte{}

@@ -16,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/health"
 	"github.com/acme/billing/internal/metrics"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 )
@@ -48,11 +50,11 @@ func BenchmarkConsumerPeakRSS(b *testing.B) {
 
 		m := metrics.New(prometheus.NewRegistry(), false)
 		log := slog.New(slog.DiscardHandler)
-		pause := NewPause(m.ConsumerPaused, log)
+		pause := health.NewPause(&metrics.Outage{Paused: m.ConsumerPaused}, log)
 		src := newTestSource(b, kafkatest.FastReaderConfig(brokers, group, topic))
 		h := decodingHandler{}
 		routes := Routes{Group: group, RetryTopics: []string{topic + ".retry.1"}, DLQTopic: topic + ".dlq", Policy: order.NewRetryPolicy(time.Second)}
-		cons := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewWriter(b, brokers, "")), routes, m, pause, log), pause, m, log,
+		cons := NewConsumer(src, h, NewRouter(NewClientWriter(kafkatest.NewMessageWriter(b, brokers, "")), routes, m.Router(), pause, log), pause, m.Consumer(), log,
 			Options{MaxInFlight: 64, CommitInterval: 200 * time.Millisecond, DrainTimeout: 10 * time.Second})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -77,7 +79,7 @@ func BenchmarkConsumerPeakRSS(b *testing.B) {
 type decodingHandler struct{}
 
 func (decodingHandler) Handle(ctx context.Context, msg Record) (order.Outcome, error) {
-	if _, err := order.Decode(msg.Value, "USD"); err != nil {
+	if _, err := wire.Decode(msg.Value, "USD"); err != nil {
 		return "", err
 	}
 	t := time.NewTimer(50 * time.Millisecond)

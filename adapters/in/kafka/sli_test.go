@@ -47,7 +47,7 @@ func TestEventDelayFromOccurredAt(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	r.run(t, 0, r.topic, r.group, h, kafkatest.NewWriter(t, r.brokers, ""))
+	r.run(t, 0, r.topic, r.group, h, kafkatest.NewMessageWriter(t, r.brokers, ""))
 
 	poll.Until(t, "two final events", 15*time.Second, func() bool {
 		n, _, _ := histogramOf(t, r.m.EventDelay, 60)
@@ -70,7 +70,7 @@ func TestEventDelayFromOccurredAt(t *testing.T) {
 func TestHandleDurationExcludesNotBefore(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	// A tier honours x-not-before only up to its own delay (CONTRACT §5):
+	// A tier honours x-not-before only up to its own delay (docs/interface.md §5):
 	// give it a delay longer than this record's wait, so the wait is real.
 	r.routes.Policy = fastPolicy(5 * time.Second)
 	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) { return order.OutcomeCharged, nil }}
@@ -80,7 +80,7 @@ func TestHandleDurationExcludesNotBefore(t *testing.T) {
 		Headers: []kafkago.Header{{Key: HeaderNotBefore, Value: []byte(notBefore.UTC().Format(time.RFC3339Nano))}}}); err != nil {
 		t.Fatal(err)
 	}
-	r.run(t, 1, "retry.1", "g.retry.1", h, kafkatest.NewWriter(t, r.brokers, ""))
+	r.run(t, 1, "retry.1", "g.retry.1", h, kafkatest.NewMessageWriter(t, r.brokers, ""))
 
 	var n uint64
 	var sum float64
@@ -108,7 +108,7 @@ func testGauge(t *testing.T, g prometheus.Gauge) float64 {
 // TestEventDelayOncePerEventThroughTiers: an event that meets a 503 on the
 // main topic and is charged on tier 1 is one order with one outcome, so
 // billing_event_delay_seconds counts it once, at the charge, from its
-// occurred_at (CONTRACT §8: "never per hop through the tiers"). An event
+// occurred_at (docs/interface.md §8: "never per hop through the tiers"). An event
 // that fails on every tier is observed once too, when it is dead-lettered.
 func TestEventDelayOncePerEventThroughTiers(t *testing.T) {
 	t.Parallel()
@@ -126,7 +126,7 @@ func TestEventDelayOncePerEventThroughTiers(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	routed := kafkatest.NewWriter(t, r.brokers, "")
+	routed := kafkatest.NewMessageWriter(t, r.brokers, "")
 	stopMain := r.run(t, 0, r.topic, r.group, h, routed)
 	stopTier := r.run(t, 1, "retry.1", "g.retry.1", h, routed)
 	poll.Until(t, "the event charged on tier 1", 15*time.Second, func() bool {
@@ -160,7 +160,7 @@ func TestEventDelayOnceWhenDeadLetteredAfterTiers(t *testing.T) {
 	if err := w.WriteMessages(context.Background(), kafkago.Message{Key: []byte("a"), Value: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	routed := kafkatest.NewWriter(t, r.brokers, "")
+	routed := kafkatest.NewMessageWriter(t, r.brokers, "")
 	stopMain := r.run(t, 0, r.topic, r.group, h, routed)
 	stopTier := r.run(t, 1, "retry.1", "g.retry.1", h, routed)
 	poll.Until(t, "the event dead-lettered after tier 1", 15*time.Second, func() bool {
@@ -170,5 +170,37 @@ func TestEventDelayOnceWhenDeadLetteredAfterTiers(t *testing.T) {
 	stopMain()
 	if n, _, _ := histogramOf(t, r.m.EventDelay, 60); n != 1 {
 		t.Errorf("billing_event_delay_seconds: %d observations for one event routed to tier 1 then dead-lettered, want 1", n)
+	}
+}
+
+// TestReplayedEventsMeasuredApart: a record `billing dlq replay` wrote back
+// (x-replayed-at) is not observed again in billing_event_delay_seconds,
+// whose event was observed when it was dead-lettered: replaying 30 records
+// of hours ago paged BillingEventDelayBudgetBurn (issue 31.6). It is
+// counted in billing_replayed_events_total by its outcome instead.
+func TestReplayedEventsMeasuredApart(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	h := &scriptedHandler{fn: func(string, int) (order.Outcome, error) { return order.OutcomeCharged, nil }}
+	hoursAgo := time.Now().Add(-7 * time.Hour).UTC().Format(time.RFC3339Nano)
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	w := kafkatest.NewWriter(t, r.brokers, r.topic)
+	if err := w.WriteMessages(context.Background(),
+		kafkago.Message{Key: []byte("replayed"), Value: []byte(`{"event_id":"x","occurred_at":"` + hoursAgo + `"}`),
+			Headers: []kafkago.Header{{Key: HeaderReplayedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339))}}},
+		kafkago.Message{Key: []byte("fresh"), Value: []byte(`{"event_id":"y","occurred_at":"` + now + `"}`)},
+	); err != nil {
+		t.Fatal(err)
+	}
+	r.run(t, 0, r.topic, r.group, h, kafkatest.NewMessageWriter(t, r.brokers, ""))
+
+	poll.Until(t, "both events final", 15*time.Second, func() bool {
+		return testutil.ToFloat64(r.m.Events.WithLabelValues(string(order.OutcomeCharged))) == 2
+	})
+	if n, _, within := histogramOf(t, r.m.EventDelay, 60); n != 1 || within != 1 {
+		t.Errorf("billing_event_delay_seconds: %d observations, %d within 60 s; want only the fresh event's", n, within)
+	}
+	if got := testutil.ToFloat64(r.m.ReplayedEvents.WithLabelValues(string(order.OutcomeCharged))); got != 1 {
+		t.Errorf("billing_replayed_events_total{outcome=charged} = %v, want 1", got)
 	}
 }

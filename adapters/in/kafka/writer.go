@@ -6,18 +6,19 @@ import (
 	"unsafe"
 
 	kafkago "github.com/segmentio/kafka-go"
+
+	kafkaclient "github.com/acme/billing/infra/kafka"
 )
 
-// MessageWriter is a kafka-go writer: *kafka.Writer, or infra/kafka's
-// Writer (RequireAll), which can also write a message in a batch of its own
-// (WriteAlone).
+// MessageWriter writes messages: infra/kafka's Writer (RequireAll), which
+// can also write a message in a batch of its own (WriteAlone).
 type MessageWriter interface {
-	WriteMessages(ctx context.Context, msgs ...kafkago.Message) error
+	WriteMessages(ctx context.Context, msgs ...kafkaclient.Message) error
 }
 
-// ClientWriter is the Router's Writer over a kafka-go writer: it hands the
-// records over as kafka-go messages, sharing their bytes, and marks the
-// broker's refusals for good as ErrRefused.
+// ClientWriter is the Router's Writer over a MessageWriter: it hands the
+// records over as messages, sharing their bytes, and marks the broker's
+// refusals for good, which reach it as kafka-go's errors, as ErrRefused.
 type ClientWriter struct{ w MessageWriter }
 
 var _ Writer = (*ClientWriter)(nil)
@@ -25,21 +26,21 @@ var _ Writer = (*ClientWriter)(nil)
 // NewClientWriter returns a Writer writing through w.
 func NewClientWriter(w MessageWriter) *ClientWriter { return &ClientWriter{w: w} }
 
-// WriteRecords writes recs in one call of the kafka-go writer.
+// WriteRecords writes recs in one call of the writer.
 func (c *ClientWriter) WriteRecords(ctx context.Context, recs ...Record) error {
-	msgs := make([]kafkago.Message, len(recs))
+	msgs := make([]kafkaclient.Message, len(recs))
 	for i, r := range recs {
 		msgs[i] = messageOf(r)
 	}
 	return clientError(c.w.WriteMessages(ctx, msgs...))
 }
 
-// WriteAlone writes rec in a batch of its own when the kafka-go writer can
+// WriteAlone writes rec in a batch of its own when the writer can
 // (infra/kafka's can), so that a refusal is about rec and nothing else; else
 // as WriteRecords does.
 func (c *ClientWriter) WriteAlone(ctx context.Context, rec Record) error {
 	if a, ok := c.w.(interface {
-		WriteAlone(ctx context.Context, msg kafkago.Message) error
+		WriteAlone(ctx context.Context, msg kafkaclient.Message) error
 	}); ok {
 		return clientError(a.WriteAlone(ctx, messageOf(rec)))
 	}
@@ -48,15 +49,19 @@ func (c *ClientWriter) WriteAlone(ctx context.Context, rec Record) error {
 
 // messageOf is r as a message to write, sharing its bytes. The partition
 // is the writer's balancer's to choose, and the offset the broker's.
-func messageOf(r Record) kafkago.Message {
-	return kafkago.Message{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: kafkaHeaders(r.Headers), Time: r.Time}
+func messageOf(r Record) kafkaclient.Message {
+	return kafkaclient.Message{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: clientHeaders(r.Headers), Time: r.Time}
 }
 
-// kafkaHeaders is hs as kafka-go's headers, sharing hs's array (see
-// headersOf in source.go for why that is sound).
-func kafkaHeaders(hs []Header) []kafkago.Header {
-	//nolint:gosec // G103: the types are identical (checked in source.go), so the reinterpretation is sound
-	return unsafe.Slice((*kafkago.Header)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
+// The package's Header and infra/kafka's have identical underlying types
+// (this conversion compiles only while they do): see headersOf in
+// source.go for why a slice of one may be read as a slice of the other.
+var _ = Header(kafkaclient.Header{})
+
+// clientHeaders is hs as infra/kafka's headers, sharing hs's array.
+func clientHeaders(hs []Header) []kafkaclient.Header {
+	//nolint:gosec // G103: the types are identical (checked above), so the reinterpretation is sound
+	return unsafe.Slice((*kafkaclient.Header)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
 }
 
 // clientError marks err as ErrRefused when the broker refused the write
@@ -98,6 +103,24 @@ func brokerRefused(err error) bool {
 	}
 	for _, target := range refusedErrors {
 		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// tooLarge reports whether err is a broker's (or the writer's) refusal of a
+// write for its size: of the batch, or of one record in it.
+func tooLarge(err error) bool {
+	if errors.Is(err, kafkago.MessageSizeTooLarge) || errors.Is(err, kafkago.RecordListTooLarge) {
+		return true
+	}
+	var we kafkago.WriteErrors
+	if !errors.As(err, &we) {
+		return false
+	}
+	for _, e := range we {
+		if errors.Is(e, kafkago.MessageSizeTooLarge) || errors.Is(e, kafkago.RecordListTooLarge) {
 			return true
 		}
 	}

@@ -15,11 +15,11 @@ const (
 	CodeOther = "other"
 )
 
-// contractCodes are the statuses CONTRACT.md §6 names, counted as themselves.
+// contractCodes are the statuses docs/interface.md §6 names, counted as themselves.
 var contractCodes = [...]int{200, 201, 400, 401, 402, 403, 404, 409, 422, 429}
 
 // codeLabel is the code label of a reply with status: the status itself
-// when CONTRACT.md §6 names it or it is a registered 5xx (each tells
+// when docs/interface.md §6 names it or it is a registered 5xx (each tells
 // something different about an unwell gateway, and alerts select them as
 // 5..), CodeOther for any other, so that the counter's series stay a short
 // list whatever a gateway sends (299, 599, 999…).

@@ -27,4 +27,4 @@ func WithBreaker(s BreakerSettings) Option {
 
 // Healthy reports whether the breaker lets calls through (it is closed, or
 // half-open and probing). False means the gateway is treated as down.
-func (c *Client) Healthy() bool { return c.breaker.State() != gobreaker.StateOpen }
+func (c *Caller) Healthy() bool { return c.breaker.State() != gobreaker.StateOpen }

@@ -47,9 +47,15 @@ func TestOversizedReplyHeadersAreTheGatewaysFault(t *testing.T) {
 			t.Fatalf("call %d: Charge() = %+v with 9 MiB of reply headers, want a transient error", i+1, res)
 		}
 		// Not a "no reply": the streak of those makes an outage after 3
-		// calls, whatever the rate, and this gateway does answer.
-		if cl := order.Classify(err); cl != order.ClassTransient {
-			t.Fatalf("call %d: err = %v (class %v), want transient", i+1, err, cl)
+		// calls, whatever the rate, and this gateway does answer. The
+		// fourth of four opens the breaker (the ratio): that one is the
+		// outage.
+		want := order.ClassTransient
+		if i == 3 {
+			want = order.ClassOutage
+		}
+		if cl := order.Classify(err); cl != want {
+			t.Fatalf("call %d: err = %v (class %v), want %v", i+1, err, cl, want)
 		}
 		if !errors.Is(err, ErrReplyHeadersTooLarge) {
 			t.Errorf("call %d: err = %v, want it to wrap ErrReplyHeadersTooLarge", i+1, err)
@@ -274,35 +280,37 @@ func hijackWrite(t *testing.T, w http.ResponseWriter, raw string) {
 	_ = bw.Flush()
 }
 
-// A cut echo of the Authorization header is removed too: the gateway may
-// shorten its own text before we do.
-func TestScrubCutCredentials(t *testing.T) {
+// The scrubber guards the Client's own text: a text with any form of the
+// credentials (also the start of one, the user alone when it is the key)
+// is withheld whole, a text without them is kept, on one line.
+func TestScrubberWithholdsWholeTexts(t *testing.T) {
 	t.Parallel()
 	s := newScrubber(url.UserPassword(plantedUser, plantedPass))
 	auth := base64.StdEncoding.EncodeToString([]byte(plantedUser + ":" + plantedPass))
-	for _, in := range []string{
-		"echo: Basic " + auth[:12] + "…",
-		"echo: Basic " + auth[:9],
-		"echo: " + strings.Repeat(plantedUser, 3),
-	} {
-		got := s.clean(in)
-		noCredentials(t, "clean("+in+")", got)
-		if !strings.HasPrefix(got, "echo: ") {
-			t.Errorf("clean(%q) = %q, want the text around the credentials kept", in, got)
+	for _, in := range append(credentialForms(),
+		"echo: Basic "+auth[:12]+"…",
+		"echo: Basic "+auth[:9],
+		"echo: "+strings.Repeat(plantedUser, 3),
+	) {
+		if got := s.clean("dial tcp 10.0.0.1:443: " + in); got != withheld {
+			t.Errorf("clean(%q) = %q, want it withheld", in, got)
 		}
 	}
-	// Without user info nothing is removed, and an empty password removes
-	// nothing but the user.
+	if got := s.clean("dial tcp 10.0.0.1:443:\nconnect: connection refused"); got != "dial tcp 10.0.0.1:443: connect: connection refused" {
+		t.Errorf("clean of a text without credentials = %q, want it kept on one line", got)
+	}
+	// Without user info nothing is withheld; a user alone (an API key) is
+	// a credential too.
 	if got := newScrubber(nil).clean("Basic abc"); got != "Basic abc" {
 		t.Errorf("clean without credentials = %q", got)
 	}
-	if got := newScrubber(url.User("sk_live_123")).clean("key sk_live_123 refused; ok"); got != "key *** refused; ok" {
-		t.Errorf("clean with a user alone = %q, want the key removed", got)
+	if got := newScrubber(url.User("sk_live_123")).clean("key sk_live_123 refused; ok"); got != withheld {
+		t.Errorf("clean with a user alone = %q, want it withheld", got)
 	}
 }
 
 // The code label takes a bounded set of values, whatever status a gateway
-// sends: the codes CONTRACT.md §6 names and the registered 5xx codes as
+// sends: the codes docs/interface.md §6 names and the registered 5xx codes as
 // themselves, every other one as "other", no reply as "error".
 func TestCodeLabelIsBounded(t *testing.T) {
 	t.Parallel()
@@ -318,7 +326,7 @@ func TestCodeLabelIsBounded(t *testing.T) {
 	})
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, false)
-	c, err := NewClient(base, 5*time.Second, WithMetrics(m.PaymentRequests, m.PaymentDuration), WithBreaker(BreakerSettings{MinRequests: 1000}))
+	c, err := NewClient(base, 5*time.Second, WithMetrics(&metrics.Gateway{Requests: m.PaymentRequests, Duration: m.PaymentDuration}), WithBreaker(BreakerSettings{MinRequests: 1000}))
 	if err != nil {
 		t.Fatal(err)
 	}

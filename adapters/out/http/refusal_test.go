@@ -10,7 +10,7 @@ import (
 	"github.com/acme/billing/core/order"
 )
 
-// TestChargeRefusalKind (CONTRACT.md §6): core tells a 422 (the key was
+// TestChargeRefusalKind (docs/interface.md §6): core tells a 422 (the key was
 // used with another body: the invoice stays pending) from every other
 // permanent 4xx (refused unexecuted: the invoice becomes rejected).
 func TestChargeRefusalKind(t *testing.T) {

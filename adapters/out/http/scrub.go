@@ -1,133 +1,143 @@
 package httpgateway
 
 import (
+	"context"
+	"crypto/tls"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"unicode"
 )
 
-// The text a gateway writes (its error and message, a charge status it
-// should not have sent, a malformed reply that net/http quotes in its error)
-// reaches error texts, and through them x-error headers, logs and span
-// statuses. A gateway, or anything in front of it, may echo the request
-// back, Authorization header included: that is the service's own
-// credentials (CONTRACT.md §2). A scrubber removes them before any such
-// text is used, and cuts it short.
+// What the Client says about the gateway (docs/interface.md §6). The gateway, or
+// anything in front of it, may write anything into a reply, the service's
+// own credentials included (a debug echo of the request, its Authorization
+// header in some encoding). So none of its text leaves the Client: a reply
+// becomes its status and, at most, its error code when that is a short
+// token (order.GatewayReplyError); a failed round trip is worded by the
+// Client itself (transportText), never by the error's text, which may quote
+// the reply (a malformed status or header line, an HTTP/2 GOAWAY's debug
+// data, a certificate's names).
+//
+// What is left is the service's own text: the address it dialled, the host
+// it looked up. The credentials of the gateway's URL have no business
+// there, but a scrubber guards it all the same, and where it finds any form
+// of them it withholds the whole text rather than cut pieces out of it: a
+// cut always misses the next encoding.
 
-// scrubber removes the forms of one set of credentials from text.
+// scrubber finds the credentials of the gateway's URL in text.
 type scrubber struct {
-	// forms are the credentials as a gateway could repeat them, longest
-	// first, so that "user:pass" goes whole before "user" is looked for.
-	forms []string
-	// starts are the forms long enough that their start alone names them
-	// (the base64 of "user:pass" cut by the gateway's own truncation).
-	starts []string
+	// needles are the forms of the credentials, each folded (fold).
+	needles []string
 }
 
-// minStart is how much of a long form, at least, is removed when found
-// without the rest: 8 base64 characters are 6 bytes of the credentials.
-const minStart = 8
+// minNeedle is the shortest form looked for: shorter ones would match
+// ordinary words, and hold too little of a secret to matter.
+const minNeedle = 4
 
 // newScrubber returns a scrubber of the credentials in u (the user info of
-// the gateway's URL): the user, the password and "user:pass", each plain,
-// URL-encoded (as in a URL or a query, hex digits in either case) and as
-// Go quotes it (%q, which net/http uses for a malformed reply); the base64
-// of "user:pass" (the Basic Authorization header) and of the password
-// alone, in the four base64 alphabets. A nil u scrubs nothing.
+// the gateway's URL): the user, the password, "user:pass", the user info as
+// a URL writes it and the Basic Authorization value; each plain,
+// URL-encoded, quoted as Go quotes it, in hex, and in base64 (standard and
+// URL alphabets) at each of the three alignments it can have inside a
+// larger encoded text. A nil u scrubs nothing.
 func newScrubber(u *url.Userinfo) *scrubber {
 	s := &scrubber{}
 	if u == nil {
 		return s
 	}
 	user := u.Username()
-	pass, hasPass := u.Password()
-	plain := []string{user, pass, user + ":" + pass, u.String()}
-	var forms []string
-	for _, p := range plain {
-		q := strconv.Quote(p)
-		forms = append(forms, p, url.QueryEscape(p), url.PathEscape(p), q[1:len(q)-1])
+	pass, _ := u.Password()
+	pair := user + ":" + pass
+	seen := map[string]bool{}
+	add := func(form string) {
+		if f := fold(form); len(f) >= minNeedle && !seen[f] {
+			seen[f] = true
+			s.needles = append(s.needles, f)
+		}
 	}
-	for _, f := range forms {
-		forms = append(forms, lowerHex(f))
-	}
-	encoded := []string{user + ":" + pass}
-	if hasPass {
-		encoded = append(encoded, pass)
-	}
-	for _, e := range encoded {
-		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
-			b := enc.EncodeToString([]byte(e))
-			forms = append(forms, b)
-			if len(b) >= 2*minStart {
-				s.starts = append(s.starts, b)
+	for _, secret := range []string{user, pass, pair, u.String(), base64.StdEncoding.EncodeToString([]byte(pair))} {
+		if secret == "" {
+			continue
+		}
+		q, qa := strconv.Quote(secret), strconv.QuoteToASCII(secret)
+		for _, f := range []string{secret, url.QueryEscape(secret), url.PathEscape(secret), q[1 : len(q)-1], qa[1 : len(qa)-1],
+			hex.EncodeToString([]byte(secret))} {
+			add(f)
+		}
+		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+			add(enc.EncodeToString([]byte(secret)))
+			for shift := range 3 {
+				add(alignedBase64(enc, secret, shift))
 			}
 		}
 	}
-	forms = slices.DeleteFunc(forms, func(f string) bool { return f == "" })
-	slices.SortFunc(forms, func(a, b string) int {
-		if len(a) != len(b) {
-			return len(b) - len(a)
-		}
-		return strings.Compare(a, b)
-	})
-	s.forms = slices.Compact(forms)
 	return s
 }
 
-// lowerHex returns s with the hex digits of its %XX escapes in lower case.
-func lowerHex(s string) string {
-	b := []byte(s)
-	for i := 0; i+2 < len(b); i++ {
-		if b[i] == '%' {
-			b[i+1], b[i+2] = lower(b[i+1]), lower(b[i+2])
+// alignedBase64 returns the base64 characters that encode secret alone
+// when it starts shift bytes into a 3-byte group of a larger text: the
+// characters of the groups that hold only bytes of secret.
+func alignedBase64(enc *base64.Encoding, secret string, shift int) string {
+	// enc has no padding. Only whole groups hold nothing but secret: the
+	// first mixes in what comes before secret (unless shift is 0), a
+	// partial last one what follows it.
+	b := enc.EncodeToString(append(make([]byte, shift), secret...))
+	start, end := 0, (shift+len(secret))/3*4
+	if shift > 0 {
+		start = 4
+	}
+	if start >= end {
+		return ""
+	}
+	return b[start:end]
+}
+
+// fold makes text comparable whatever a writer did to it: white space and
+// control characters removed (a secret split over lines), letters in lower
+// case (upper-case hex, a shouted echo).
+func fold(text string) string {
+	return strings.ToLower(strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, text))
+}
+
+// holds reports whether text holds any form of the credentials.
+func (s *scrubber) holds(text string) bool {
+	if len(s.needles) == 0 {
+		return false
+	}
+	f := fold(text)
+	for _, n := range s.needles {
+		if strings.Contains(f, n) {
+			return true
 		}
 	}
-	return string(b)
+	return false
 }
 
-func lower(c byte) byte {
-	if c >= 'A' && c <= 'F' {
-		return c + 'a' - 'A'
+// withheld replaces a text that holds the credentials.
+const withheld = "(details withheld: they hold a form of the gateway's credentials)"
+
+// clean returns text fit for an error: withheld whole when it holds the
+// credentials, otherwise on one line and at most maxErrText bytes.
+func (s *scrubber) clean(text string) string {
+	if s.holds(text) {
+		return withheld
 	}
-	return c
+	return oneLineMax(text, maxErrText)
 }
-
-// redacted replaces credentials in text.
-const redacted = "***"
-
-// scrub returns text without the credentials: every form whole, and the
-// start (minStart bytes or more) of a long one found without its end.
-func (s *scrubber) scrub(text string) string {
-	for _, f := range s.forms {
-		text = strings.ReplaceAll(text, f, redacted)
-	}
-	for _, f := range s.starts {
-		for from := 0; ; {
-			i := strings.Index(text[from:], f[:minStart])
-			if i < 0 {
-				break
-			}
-			i += from
-			n := minStart
-			for i+n < len(text) && n < len(f) && text[i+n] == f[n] {
-				n++
-			}
-			text = text[:i] + redacted + text[i+n:]
-			from = i + len(redacted)
-		}
-	}
-	return text
-}
-
-// clean makes text a gateway wrote fit for an error: without the
-// credentials, on one line, at most maxDetail bytes. The credentials go
-// first, so that a cut cannot leave a piece of one.
-func (s *scrubber) clean(text string) string { return oneLine(s.scrub(text)) }
 
 // ErrReplyHeadersTooLarge is wrapped by the error of a reply whose header
 // section exceeds MaxReplyHeaderBytes.
@@ -141,12 +151,50 @@ const (
 	h2HeadersTooLarge = "response header list larger than advertised limit"
 )
 
-// maxErrText bounds the text of a transport error: net/http quotes the
-// malformed line of a reply whole.
+// maxErrText bounds the Client's own text about a failed round trip.
 const maxErrText = 300
 
-// gatewayError is an error of the transport with its text scrubbed and cut.
-// It unwraps to the original, so that errors.Is and errors.As still find a
+// transportText words a failed round trip (or a reply body that could not
+// be read to its end) in the Client's own terms: the kind of failure, the
+// address or host concerned, an errno's fixed text. It never uses the
+// error's own text beyond those, since net/http and crypto/tls quote the
+// gateway's bytes in theirs.
+func transportText(err error) string {
+	var (
+		dnsErr  *net.DNSError
+		opErr   *net.OpError
+		certErr *tls.CertificateVerificationError
+		alert   tls.AlertError
+		record  tls.RecordHeaderError
+		errno   syscall.Errno
+		timeout interface{ Timeout() bool }
+	)
+	where := "connection"
+	if errors.As(err, &opErr) && opErr.Addr != nil {
+		where = opErr.Op + " " + opErr.Addr.String()
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &timeout) && timeout.Timeout():
+		return where + ": timed out"
+	case errors.As(err, &dnsErr):
+		return fmt.Sprintf("lookup %s: %s", dnsErr.Name, dnsErr.Err)
+	case errors.As(err, &certErr):
+		// Its details quote the certificate, which the gateway chose.
+		return "TLS handshake: the gateway's certificate was not accepted"
+	case errors.As(err, &alert):
+		return "TLS handshake: " + alert.Error() // a fixed text per alert
+	case errors.As(err, &record):
+		return "TLS handshake: the gateway did not answer in TLS"
+	case errors.As(err, &errno):
+		return where + ": " + errno.Error() // a fixed text per errno: connection refused, reset by peer…
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed before the reply was complete"
+	}
+	return "reply broken or malformed (details withheld: they may quote the gateway's reply)"
+}
+
+// gatewayError is a failed round trip in the Client's own words. It
+// unwraps to the original, so that errors.Is and errors.As still find a
 // *net.OpError or a deadline; only its text changes.
 type gatewayError struct {
 	text string
@@ -163,31 +211,55 @@ func (e *gatewayError) Timeout() bool {
 	return errors.As(e.err, &t) && t.Timeout()
 }
 
-// scrubbedTransport is the Client's transport under the tracing one: every
-// error of a round trip leaves it scrubbed, so the span that records it
-// (otelhttp puts err.Error() into the span status) never sees the
-// credentials either, and an oversized reply head is ErrReplyHeadersTooLarge.
-type scrubbedTransport struct {
+// ownWords returns err, a failed round trip or body read, worded by
+// transportText and scrubbed.
+func (s *scrubber) ownWords(err error) *gatewayError {
+	return &gatewayError{text: s.clean(transportText(err)), err: err}
+}
+
+// ownWordsTransport is the Client's transport under the tracing one: every
+// error of a round trip leaves it in the Client's own words, so the span
+// that records it (otelhttp puts err.Error() into the span status) never
+// sees the gateway's text either, and an oversized reply head is
+// ErrReplyHeadersTooLarge.
+type ownWordsTransport struct {
 	base http.RoundTripper
 	s    *scrubber
 }
 
-func (t scrubbedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+func (t ownWordsTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err == nil {
+		// A body that breaks off is worded here too: otelhttp records the
+		// body's read error in the span.
+		resp.Body = ownWordsBody{ReadCloser: resp.Body, s: t.s}
 		return resp, nil
 	}
 	if msg := err.Error(); strings.Contains(msg, h1HeadersTooLarge) || strings.Contains(msg, h2HeadersTooLarge) {
 		// net/http's text names only the limit; ours too.
 		return resp, fmt.Errorf("%w: the gateway sent more than %d bytes of headers", ErrReplyHeadersTooLarge, MaxReplyHeaderBytes)
 	}
-	text := oneLineMax(t.s.scrub(err.Error()), maxErrText)
-	return resp, &gatewayError{text: text, err: err}
+	return resp, t.s.ownWords(err)
+}
+
+// ownWordsBody is a reply body whose read errors are in the Client's own
+// words (io.EOF stays io.EOF).
+type ownWordsBody struct {
+	io.ReadCloser
+	s *scrubber
+}
+
+func (b ownWordsBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = b.s.ownWords(err)
+	}
+	return n, err
 }
 
 // CloseIdleConnections passes on to the base transport, as http.Client
 // expects of a transport that keeps connections.
-func (t scrubbedTransport) CloseIdleConnections() {
+func (t ownWordsTransport) CloseIdleConnections() {
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}

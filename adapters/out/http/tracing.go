@@ -20,7 +20,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // traced wraps rt so that every request is a client span and carries its
-// W3C trace context (CONTRACT.md §3); with a nil tp it returns rt. The propagator and the meter provider
+// W3C trace context (docs/interface.md §3); with a nil tp it returns rt. The propagator and the meter provider
 // are given rather than taken from otel's globals, which billing never sets:
 // the global propagator would inject nothing, and the gateway's metrics are
 // billing_payment_* already. The span's url.full has no userinfo (otelhttp
@@ -36,8 +36,18 @@ func traced(rt http.RoundTripper, tp trace.TracerProvider) http.RoundTripper {
 		otelhttp.WithTracerProvider(tp),
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " /charges" }),
+		otelhttp.WithSpanNameFormatter(spanName),
 	)}
+}
+
+// spanName is the request's method and route (Request.Route): its path
+// without the ids in it, so that span names stay a short list.
+func spanName(_ string, r *http.Request) string {
+	route, _ := r.Context().Value(routeKey{}).(string)
+	if route == "" {
+		route = "/"
+	}
+	return r.Method + " " + route
 }
 
 // tracedTransport is otelhttp's Transport with CloseIdleConnections passed

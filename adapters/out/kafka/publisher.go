@@ -1,4 +1,4 @@
-// Package kafkapub publishes billing's invoice events (CONTRACT.md §9) to
+// Package kafkapub publishes billing's invoice events (docs/interface.md §9) to
 // Kafka: one record per event, keyed by order id so that one order's events
 // share a partition and keep their order, the event's JSON as the value,
 // the traceparent of the event that caused it as a header.
@@ -8,15 +8,14 @@ import (
 	"context"
 	"fmt"
 
-	kafkago "github.com/segmentio/kafka-go"
-
 	"github.com/acme/billing/core/order"
+	kafkaclient "github.com/acme/billing/infra/kafka"
 )
 
 // Writer writes records, all of them acknowledged or an error: infra/kafka's
 // Writer (acks from all in-sync replicas, Kafka's murmur2 partitioner).
 type Writer interface {
-	WriteMessages(ctx context.Context, msgs ...kafkago.Message) error
+	WriteMessages(ctx context.Context, msgs ...kafkaclient.Message) error
 }
 
 // Publisher is order.EventPublisher on a Kafka topic.
@@ -32,15 +31,15 @@ func NewPublisher(w Writer, topic string) *Publisher { return &Publisher{w: w, t
 
 // Publish writes events in one call, in their order.
 func (p *Publisher) Publish(ctx context.Context, events []order.InvoiceEvent) error {
-	msgs := make([]kafkago.Message, len(events))
+	msgs := make([]kafkaclient.Message, len(events))
 	for i, e := range events {
-		v, err := order.EncodeInvoiceEvent(e)
+		v, err := EncodeInvoiceEvent(e)
 		if err != nil {
 			return err
 		}
-		msgs[i] = kafkago.Message{Topic: p.topic, Key: []byte(e.OrderID), Value: v}
+		msgs[i] = kafkaclient.Message{Topic: p.topic, Key: []byte(e.OrderID), Value: v}
 		if e.TraceParent != "" {
-			msgs[i].Headers = []kafkago.Header{{Key: "traceparent", Value: []byte(e.TraceParent)}}
+			msgs[i].Headers = []kafkaclient.Header{{Key: "traceparent", Value: []byte(e.TraceParent)}}
 		}
 	}
 	if err := p.w.WriteMessages(ctx, msgs...); err != nil {

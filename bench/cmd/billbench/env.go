@@ -32,6 +32,9 @@ type env struct {
 	pg      *pgcluster.Cluster
 	dsn     string // database "billing", migrated by bin/billing migrate
 	pgbench string // path of the pgbench of the same major version
+	// The pgbench scripts (scripts.go): one event's transactions, the
+	// yardstick, and a group's (the grouped store's shape).
+	perEventScript, groupedScript string
 
 	brokers    []string
 	brokerKind string // what the report says about the broker
@@ -63,6 +66,9 @@ func startEnv(ctx context.Context, o options, log *slog.Logger) (e *env, err err
 		e.outDir = filepath.Join(e.root, e.outDir)
 	}
 	if err := os.MkdirAll(filepath.Join(e.outDir, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	if e.perEventScript, e.groupedScript, err = writePgbenchScripts(e.outDir); err != nil {
 		return nil, err
 	}
 	if e.workDir, err = os.MkdirTemp("", "billbench-"); err != nil {

@@ -4,7 +4,8 @@
 // when the broker jars are missing, and the report says so) and the stub
 // payment gateway at each gateway latency, for each BILLING_MAX_IN_FLIGHT,
 // and compares it with the ceiling pgbench reaches for the same transaction
-// shape (bench/reserve_settle.sql) at the same concurrency, in the same run.
+// shape (the store's own statements, infra/postgres/queries) at the same
+// concurrency, in the same run.
 //
 // Each service run gets a fresh topic, consumer group and emptied tables;
 // its events are produced before the service starts. Events/s is measured
@@ -56,19 +57,19 @@ type options struct {
 	steady     time.Duration
 	pgbenchT   time.Duration
 	broker     string   // auto, real, kfake
-	pgbenchSQL string   // the per-event script, the yardstick
-	groupedSQL string   // the grouped script (the grouped store's shape)
 	args       []string // as given, for the report
 	cpuProfile string
-	flood      int  // records of each memory line (0: none)
-	floodOnly  bool // only the memory lines
+	flood      int      // records of each memory line (0: none)
+	floodOnly  bool     // only the memory lines
+	only       []string // -cells: the cells to run, by cellName (none: every cell)
+	profile    bool     // profile each cell in a run of its own
 }
 
 func parseOptions(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("billbench", flag.ContinueOnError)
 	fs.StringVar(&o.bin, "bin", "bin/billing", "the billing binary to measure")
-	fs.StringVar(&o.root, "root", ".", "repository root (scripts/kafka.sh, bench/reserve_settle.sql)")
+	fs.StringVar(&o.root, "root", ".", "repository root (scripts/kafka.sh, deploy/)")
 	fs.StringVar(&o.out, "out", "bench/out/report.md", "where to write the report")
 	fs.IntVar(&o.reps, "reps", 5, "runs per cell; the report shows the median")
 	lat := fs.String("latencies", "0ms,20ms", "gateway stub latencies")
@@ -82,6 +83,8 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the driver's own CPU profile (the gateway stub runs in it) to this file")
 	fs.IntVar(&o.flood, "flood", 160, "records of each memory line (peak RSS at in-flight 64 with ~900 KB events made of empty headers, and of a padded value); 0 for none")
 	fs.BoolVar(&o.floodOnly, "flood-only", false, "measure only the memory lines (no throughput cell, no pgbench)")
+	only := fs.String("cells", "", "run only these cells of the others flags' grid, comma-separated, named as in the report without spaces: 0ms/64, 20ms/256, 0ms/dup/64, 0ms/256/32conns; empty for all")
+	fs.BoolVar(&o.profile, "profile", true, "after the measured runs, run each cell once more with BILLING_PPROF on and keep its CPU and allocation profiles beside the report (profiles/), summarised per stage; the figures of the table come from the runs without it")
 	fs.StringVar(&o.broker, "broker", "auto", "auto (real broker when its jars are present, else kfake), real or kfake")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -124,8 +127,11 @@ func parseOptions(args []string) (options, error) {
 	default:
 		return o, fmt.Errorf("-broker %q: want auto, real or kfake", o.broker)
 	}
-	o.pgbenchSQL = "bench/reserve_settle.sql"
-	o.groupedSQL = "bench/reserve_settle_grouped.sql"
+	for _, s := range strings.Split(*only, ",") {
+		if s = strings.ReplaceAll(strings.TrimSpace(s), " ", ""); s != "" {
+			o.only = append(o.only, s)
+		}
+	}
 	o.args = args
 	return o, nil
 }
@@ -159,9 +165,17 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	} else if res, err = measure(ctx, env, o, log); err != nil {
 		return err
 	}
+	// Memory lines that cannot be measured (a broker that refuses the
+	// flood's raw produce under load) do not throw away the throughput
+	// cells and profiles measured before them: the report is written with
+	// the failure in it, and the run still fails.
+	var floodErr error
 	if o.flood > 0 {
-		if res.floods, err = runFloods(ctx, env, o, log); err != nil {
-			return err
+		if res.floods, floodErr = runFloods(ctx, env, o, log); floodErr != nil {
+			if o.floodOnly {
+				return floodErr
+			}
+			res.floodFailed = floodErr.Error()
 		}
 	}
 	res.took = time.Since(start)
@@ -174,5 +188,8 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		return fmt.Errorf("write report: %w", err)
 	}
 	log.Info("report written", slog.String("file", o.out))
+	if floodErr != nil {
+		return fmt.Errorf("memory lines (the report holds the rest): %w", floodErr)
+	}
 	return nil
 }

@@ -24,7 +24,13 @@ type result struct {
 	pgbench map[int][]pgbenchRun      // per-event script, by client count
 	grouped map[groupKey][]pgbenchRun // grouped script, by client count and group size
 	floods  []floodRun                // the memory lines
-	took    time.Duration
+	// profiles are each cell's, from a run of its own after the measured
+	// ones (-profile).
+	profiles map[cell]cellProfile
+	// floodFailed is why the memory lines could not be measured ("" when
+	// they were, or were not asked for).
+	floodFailed string
+	took        time.Duration
 }
 
 // groupKey names a grouped ceiling: clients × events per transaction.
@@ -91,6 +97,12 @@ func cells(o options) []cell {
 func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result, error) {
 	res := &result{runs: map[cell][]serviceRun{}, pgbench: map[int][]pgbenchRun{}, grouped: map[groupKey][]pgbenchRun{}}
 	res.cells = cells(o)
+	if len(o.only) > 0 {
+		res.cells = slices.DeleteFunc(res.cells, func(c cell) bool { return !slices.Contains(o.only, cellName(c)) })
+		if len(res.cells) == 0 {
+			return nil, fmt.Errorf("-cells %s: no such cell among %v", strings.Join(o.only, ","), allCellNames(o))
+		}
+	}
 	// The client counts of the ceilings, and per count the group sizes of
 	// its grouped ceilings, in the order of the cells.
 	var clients []int
@@ -120,7 +132,7 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 		// least a third of the steady state aimed at.
 		n, rate, measured := calibrationEvents, 20.0, false
 		for try := 1; ; try++ {
-			r, err := runService(ctx, e, o, c, name(c, "cal"), n, rate, log)
+			r, err := runService(ctx, e, o, c, name(c, "cal"), n, rate, nil, log)
 			if err != nil {
 				return nil, fmt.Errorf("calibrate %s: %w", c, err)
 			}
@@ -148,7 +160,7 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 	// over minutes here, is then about the same for both sides of a ratio.
 	runCell := func(c cell, rep int, ceiling, grouped float64) error {
 		n := min(max(int(expect[c]*o.steady.Seconds()), minEvents), maxEvents)
-		r, err := runService(ctx, e, o, c, name(c, "r"+strconv.Itoa(rep)), n, max(expect[c]/2, 1), log)
+		r, err := runService(ctx, e, o, c, name(c, "r"+strconv.Itoa(rep)), n, max(expect[c]/2, 1), nil, log)
 		if err != nil {
 			return fmt.Errorf("%s rep %d: %w", c, rep, err)
 		}
@@ -204,14 +216,32 @@ func measure(ctx context.Context, e *env, o options, log *slog.Logger) (*result,
 			}
 		}
 	}
+	if o.profile {
+		if err := profileCells(ctx, e, o, res, log); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
+}
+
+// cellName is c as -cells names it: c.String() without spaces (0ms/64,
+// 0ms/dup/64, 0ms/256/32conns).
+func cellName(c cell) string { return strings.ReplaceAll(c.String(), " ", "") }
+
+// allCellNames are the names of the cells o's other flags make.
+func allCellNames(o options) []string {
+	var out []string
+	for _, c := range cells(o) {
+		out = append(out, cellName(c))
+	}
+	return out
 }
 
 // deleteTopics removes a finished run's topics (main, retry tiers, DLQ), so
 // that the broker does not accumulate hundreds of partitions over the
 // report. A failure is only logged: it costs the broker, not the figures.
 func (e *env) deleteTopics(ctx context.Context, topic string, log *slog.Logger) {
-	cl, done := e.kc.Client()
+	cl, done := e.client()
 	defer done()
 	topics := []string{topic, topic + ".dlq"}
 	for i := 1; i <= 3; i++ {
@@ -237,16 +267,15 @@ var (
 )
 
 // runPgbench measures the database's ceiling with clients connections, on
-// emptied tables: for one event's transactions (bench/reserve_settle.sql)
-// when g is 0, for a group of g events' (bench/reserve_settle_grouped.sql)
-// otherwise. Afterwards it counts what the script wrote, so that a script
+// emptied tables: for one event's transactions (e.perEventScript) when g
+// is 0, for a group of g events' (e.groupedScript) otherwise. Afterwards it counts what the script wrote, so that a script
 // that stopped billing (a statement that matches nothing) shows up as a
 // problem rather than as a fast ceiling.
 func runPgbench(ctx context.Context, e *env, o options, clients, g int, log *slog.Logger) (pgbenchRun, error) {
 	if err := e.truncate(ctx); err != nil {
 		return pgbenchRun{}, err
 	}
-	what, script := fmt.Sprintf("pgbench -c %d", clients), filepath.Join(e.root, o.pgbenchSQL)
+	what, script := fmt.Sprintf("pgbench -c %d", clients), e.perEventScript
 	args := []string{
 		"-n", // no vacuum of pgbench's own tables: there are none
 		"-M", "prepared",
@@ -259,7 +288,7 @@ func runPgbench(ctx context.Context, e *env, o options, clients, g int, log *slo
 		"-D", "ms=" + strconv.FormatInt(time.Now().UnixMilli(), 10),
 	}
 	if g > 0 {
-		what, script = fmt.Sprintf("%s -D g=%d", what, g), filepath.Join(e.root, o.groupedSQL)
+		what, script = fmt.Sprintf("%s -D g=%d", what, g), e.groupedScript
 		args = append(args, "-D", "g="+strconv.Itoa(g))
 	}
 	args = append(args, "-f", script, e.dsn)

@@ -360,11 +360,11 @@ func (r *result) markdown(e *env, o options) string {
 				c.inFlight, c.conns, config.DefaultDBMaxConns(c.inFlight))
 		}
 	}
-	p("- pgbench ceiling: `bench/reserve_settle.sql` — the reserve and settle transactions of one event as the per-event service sends them, its statements, `-M prepared` — "+
+	p("- pgbench ceiling: `pgbench/reserve_settle.sql` beside this report — the reserve and settle transactions of one event as the per-event service sends them, its statements (infra/postgres/queries: reserve_one, invoices_for_update, settle_one), `-M prepared` — "+
 		"for %s on emptied tables, with as many clients as the service has database connections at that in-flight (min(in-flight, pool)); its tps is events/s; it runs right before the cells of its client count in every rep, and %% of ceiling is the median of each run's events/s over the ceiling measured just before it; "+
 		"it is the yardstick of the targets\n",
 		o.pgbenchT)
-	p("- grouped ceiling: `bench/reserve_settle_grouped.sql` — the grouped store's shape: the reserves of G events as one set-based statement and one ordered read `FOR UPDATE` in one pipeline, their settles as one `UPDATE … FROM unnest` with `synchronous_commit` off, `-M prepared` — " +
+	p("- grouped ceiling: `pgbench/reserve_settle_grouped.sql` beside this report — the grouped store's shape (reserve_prelude, reserve_group, invoices_for_update; settle_prelude, settle_group): the reserves of G events as one set-based statement and one ordered read `FOR UPDATE` in one pipeline, their settles as one `UPDATE … FROM unnest` with `synchronous_commit` off, `-M prepared` — " +
 		"at the same client count, for as long, right after the per-event ceiling; G is max(1, in-flight / clients), the in-flight events per connection (a fixed rule, not the measured group size beside it); one pgbench transaction is G events, so its events/s is tps × G; %% of grouped is the median of each run's events/s over the grouped ceiling of its rep; " +
 		"every pgbench run is checked: no failed transaction, and per transaction G invoices charged and G dedup rows in today's partition\n")
 	p("- events per group: the mean events per group statement over the measured interval, from the service's histogram `billing_db_group_events{op}` (Δ`_sum` / Δ`_count`), median of the runs; — where the binary does not export it\n")
@@ -427,6 +427,7 @@ func (r *result) markdown(e *env, o options) string {
 	if len(r.floods) > 0 {
 		p("%s", floodMarkdown(r.floods, o))
 	}
+	p("%s", r.profileMarkdown(e))
 	p("\n## Targets\n\n")
 	var named []string
 	for _, n := range groupedTargetInFlight {
@@ -462,6 +463,9 @@ func (r *result) markdown(e *env, o options) string {
 				problems = append(problems, what+": "+pb.problem)
 			}
 		}
+	}
+	if r.floodFailed != "" {
+		problems = append(problems, "memory lines not measured: "+r.floodFailed)
 	}
 	for _, f := range r.floods {
 		for _, pr := range f.problems {

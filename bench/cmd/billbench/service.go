@@ -16,10 +16,12 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	kafkaclient "github.com/acme/billing/infra/kafka"
 	"github.com/acme/billing/internal/config"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
+	"github.com/acme/billing/internal/testkit/procstat"
 )
 
 // cell is one configuration measured: gateway latency × in-flight, with the
@@ -111,6 +113,13 @@ type serviceRun struct {
 	// counts them (0: a binary that publishes nothing, or a dup run).
 	publishP50, publishP99 time.Duration
 	published              float64
+	// allocs and allocBytes are the service's heap allocations per event
+	// over the interval (go_memstats_mallocs_total and
+	// go_memstats_alloc_bytes_total, which include what the scrapes
+	// themselves allocate); 0 when the binary does not export them.
+	allocs, allocBytes float64
+	// profile is what a profiled run (profiling on) gave; zero otherwise.
+	profile cellProfile
 }
 
 // scrapeInterval is how often /metrics is read (/proc only at the samples
@@ -119,8 +128,9 @@ type serviceRun struct {
 // CPU, as Prometheus's would, only more often.
 const scrapeInterval = 200 * time.Millisecond
 
-// runService measures one run of cell with n events.
-func runService(ctx context.Context, e *env, o options, c cell, name string, n int, expectRate float64, log *slog.Logger) (r serviceRun, err error) {
+// runService measures one run of cell with n events; with prof, the
+// service runs with BILLING_PPROF on and the run takes its profiles.
+func runService(ctx context.Context, e *env, o options, c cell, name string, n int, expectRate float64, prof *profiling, log *slog.Logger) (r serviceRun, err error) {
 	r = serviceRun{cell: c, name: name, events: n}
 	log = log.With(slog.String("run", name), slog.String("cell", c.String()), slog.Int("events", n))
 	if err := e.truncate(ctx); err != nil {
@@ -153,9 +163,12 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	}
 	defer stub.Close()
 
-	var extra map[string]string
+	extra := map[string]string{}
 	if c.conns > 0 {
-		extra = map[string]string{"BILLING_DB_MAX_CONNS": strconv.Itoa(c.conns)}
+		extra["BILLING_DB_MAX_CONNS"] = strconv.Itoa(c.conns)
+	}
+	if prof != nil {
+		extra["BILLING_PPROF"] = "true"
 	}
 	proc, err := startBilling(ctx, e, name, topic, group, gwURL, c.inFlight, extra)
 	if err != nil {
@@ -169,8 +182,8 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	// first at 90%, so that neither the start (connections, first fetches,
 	// group join) nor the tail (the last partitions draining alone) weighs
 	// in, and both ends of the interval are exact points of the curve.
-	timeout := time.Minute + time.Duration(4*float64(n)/expectRate*float64(time.Second))
-	deadline := time.Now().Add(timeout)
+	stall := time.Minute + time.Duration(4*float64(n)/expectRate*float64(time.Second))
+	watch := newStallWatch(stall)
 	// Uncompressed: gzip five times a second would cost the service CPU that
 	// Prometheus, scraping every 15-30 s, never takes from it.
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableCompression: true}}
@@ -195,6 +208,7 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 	}
 	tick := time.NewTicker(scrapeInterval)
 	defer tick.Stop()
+	var profiled chan cellProfile // once the profiles are being taken
 	for len(samples) == 0 || samples[len(samples)-1].total < float64(n) {
 		select {
 		case <-ctx.Done():
@@ -203,8 +217,12 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 			return r, proc.died(err)
 		case <-tick.C:
 		}
-		if time.Now().After(deadline) {
-			return r, fmt.Errorf("%d events not handled within %s (%v so far); its log ends:\n%s", n, timeout, outcomes, proc.logTail())
+		var final float64
+		if len(samples) > 0 {
+			final = samples[len(samples)-1].total
+		}
+		if watch.stalled(final) {
+			return r, fmt.Errorf("%d events not handled: none for %s (%v so far); its log ends:\n%s", n, stall, outcomes, proc.logTail())
 		}
 		series := map[string]float64{}
 		m, err := scrapeOutcomes(ctx, client, metricsURL, series)
@@ -222,6 +240,10 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 			sm.cpu = &snap
 		}
 		samples = append(samples, sm)
+		if prof != nil && profiled == nil && total >= profileFrom*float64(n) {
+			profiled = make(chan cellProfile, 1)
+			go func() { profiled <- takeProfiles(ctx, "http://"+proc.addr, prof) }()
+		}
 	}
 	first := func(frac float64) int {
 		for i, sm := range samples {
@@ -271,11 +293,21 @@ func runService(ctx context.Context, e *env, o options, c cell, name string, n i
 		r.meanBusy += sm.series[busySeries] / float64(b-a+1)
 	}
 	r.pool = samples[b].series[poolSeries]
+	if d := samples[b].total - samples[a].total; d > 0 {
+		r.allocs = (samples[b].series[mallocsSeries] - samples[a].series[mallocsSeries]) / d
+		r.allocBytes = (samples[b].series[allocBytesSeries] - samples[a].series[allocBytesSeries]) / d
+	}
+	switch {
+	case profiled != nil:
+		r.profile = <-profiled // the profile may outlast the events: it ends within its seconds
+	case prof != nil:
+		r.profile = cellProfile{problem: "every event was final before the profiles could start"}
+	}
 	if r.rate == 0 {
 		r.problems = append(r.problems, "every event was final before the second scrape: too short to measure (raise -steady)")
 	}
 	t1 := samples[len(samples)-1].at
-	if r.hwm, err = vmHWM(pid); err != nil {
+	if r.hwm, err = procstat.PeakRSS(pid); err != nil {
 		return r, err
 	}
 
@@ -351,7 +383,7 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int, keep bool
 		BatchTimeout:           5 * time.Millisecond,
 		RequiredAcks:           kafkago.RequireAll,
 		AllowAutoTopicCreation: false,
-		Transport:              e.kc.Transport(),
+		Transport:              e.transport(),
 	}
 	defer w.Close()
 	now := time.Now().UTC()
@@ -372,7 +404,7 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int, keep bool
 		if err != nil {
 			return nil, err
 		}
-		b, err := order.Encode(evt)
+		b, err := wire.Encode(evt)
 		if err != nil {
 			return nil, err
 		}
@@ -390,20 +422,23 @@ func produce(ctx context.Context, e *env, topic, prefix string, n int, keep bool
 	return kept, nil
 }
 
-// waitPublished waits, up to 30 s, until billing has published an invoice
-// event for every charged and declined event of the run, and returns how
-// many it published and the p50 and p99 of their publish lag, interpolated
-// within the histogram's buckets as Prometheus's histogram_quantile does.
+// waitPublished waits until billing has published an invoice event for
+// every charged and declined event of the run, or has published none more
+// for 30 s, and returns how many it published and the p50 and p99 of their
+// publish lag, interpolated within the histogram's buckets as Prometheus's
+// histogram_quantile does.
 func waitPublished(ctx context.Context, client *http.Client, url string, outcomes map[string]float64) (float64, time.Duration, time.Duration) {
 	want := outcomes["charged"] + outcomes["declined"]
-	deadline := time.Now().Add(30 * time.Second)
+	watch := newStallWatch(30 * time.Second)
+	var last float64
 	for {
 		series := map[string]float64{}
 		if _, err := scrapeOutcomes(ctx, client, url, series); err == nil {
-			if n := series[publishedCount]; n >= want || time.Now().After(deadline) {
-				return n, histogramQuantile(0.5, series), histogramQuantile(0.99, series)
+			last = series[publishedCount]
+			if last >= want || watch.stalled(last) {
+				return last, histogramQuantile(0.5, series), histogramQuantile(0.99, series)
 			}
-		} else if time.Now().After(deadline) {
+		} else if watch.stalled(last) {
 			return 0, 0, 0
 		}
 		select {
@@ -466,7 +501,7 @@ func histogramQuantile(q float64, series map[string]float64) time.Duration {
 var meanSeries = []string{
 	"billing_handle_duration_seconds_sum", "billing_handle_duration_seconds_count",
 	"billing_payment_duration_seconds_sum", "billing_payment_duration_seconds_count",
-	busySeries, poolSeries,
+	busySeries, poolSeries, mallocsSeries, allocBytesSeries,
 	groupSeries("reserve", "sum"), groupSeries("reserve", "count"),
 	groupSeries("settle", "sum"), groupSeries("settle", "count"),
 }
@@ -479,8 +514,10 @@ func groupSeries(op, part string) string {
 }
 
 const (
-	busySeries = "billing_db_pool_acquired_connections"
-	poolSeries = "billing_db_pool_max_connections"
+	busySeries       = "billing_db_pool_acquired_connections"
+	poolSeries       = "billing_db_pool_max_connections"
+	mallocsSeries    = "go_memstats_mallocs_total"
+	allocBytesSeries = "go_memstats_alloc_bytes_total"
 )
 
 // scrapeOutcomes reads billing_events_total by outcome from /metrics, and
@@ -534,3 +571,32 @@ func scrapeOutcomes(ctx context.Context, client *http.Client, url string, series
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// floodStall is how long a memory line may go without one more event final
+// before it fails as stuck.
+const floodStall = 5 * time.Minute
+
+// stallWatch fails a wait that stops moving rather than one that is slow:
+// on a machine busy with other work a run can take many times as long as
+// on a quiet one, and only a count that has stopped changing says that it
+// is stuck. The driver's caller bounds the whole run (make bench has no
+// limit; the smoke test has go test's -timeout).
+type stallWatch struct {
+	limit time.Duration
+	last  float64
+	moved time.Time
+}
+
+func newStallWatch(limit time.Duration) *stallWatch {
+	return &stallWatch{limit: limit, moved: time.Now()}
+}
+
+// stalled records v, the count the wait is about, and reports whether it
+// has not changed for longer than the limit.
+func (w *stallWatch) stalled(v float64) bool {
+	if v != w.last {
+		w.last, w.moved = v, time.Now()
+		return false
+	}
+	return time.Since(w.moved) > w.limit
+}

@@ -5,12 +5,17 @@
 // Postgres store runs the same table alone and with its calls grouped
 // (infra/postgres). It is test tooling: production code does not import it.
 //
+// It holds the contracts of the ports beside the ledger too, which the
+// same store implements: order.Outbox, the outbox relay's (RunOutbox), and
+// order.PendingLedger, the pending completer's (RunPending). Mem implements
+// both, so that the relay's and the completer's tests need no Postgres.
+//
 // It is kept in core rather than under internal/testkit, where the rest of
 // the tooling lives: core/order's own tests import it, and core imports
 // nothing outside core (.golangci.yaml's depguard rules "core" and
 // "no-test-tooling" say both).
 //
-// The rules are CONTRACT.md §4 as the ledger sees them, "one attempt per
+// The rules are docs/interface.md §4 as the ledger sees them, "one attempt per
 // key at a time" included: a reserve or a take gives its caller the
 // invoice's attempt only when no other attempt is alive; only the attempt's
 // holder, or anyone once no attempt is alive, settles; a key first sent
@@ -335,7 +340,7 @@ func (r *Runner) Step(ctx context.Context, t *testing.T, l order.Ledger, i int, 
 		}
 		return true
 	case opRelease:
-		if err := l.Release(ctx, orderID, r.ids[s.event], r.attempts[s.attempt]); err != nil {
+		if err := l.Release(ctx, orderID, r.ids[s.event], r.attempts[s.attempt], "503"); err != nil {
 			t.Errorf("step %d: Release(%s, attempt %s) error = %v", i+1, orderID, s.attempt, err)
 			return false
 		}

@@ -1,17 +1,16 @@
 // Package ordertest holds test data for the OrderConfirmed contract: the
 // contract's example event and the corpus of bad records, for the tests of
-// core/order, internal/app and e2e, and for the demo (test tooling too).
-// Production code does not import it.
+// the event's decoder (adapters/in/kafka/wire), internal/app and e2e, and
+// for the demo (test tooling too). Production code does not import it.
 //
 // It is test tooling kept in core rather than under internal/testkit, where
-// the rest of the tooling lives: core/order's own tests import it, and core
-// imports nothing outside core (.golangci.yaml's depguard rules "core" and
-// "no-test-tooling" say both).
-//
-// It imports only the standard library, so that core/order's own tests
-// (package order) can use it without an import cycle; the size limit it
-// builds the over-1-MiB record from is the contract's, which core/order's
-// TestDecodeSizeLimit checks against order.MaxEventBytes.
+// the rest of the tooling lives: it describes core's event (which rule each
+// bad record breaks), and it imports only the standard library, so any
+// test, core's included, can use it without an import cycle
+// (.golangci.yaml's depguard rule "no-test-tooling" keeps it out of the
+// service). The size limit it builds the over-1-MiB record from is the
+// contract's, which adapters/in/kafka/wire's TestDecodeSizeLimit checks
+// against order.MaxEventBytes.
 package ordertest
 
 import (
@@ -19,14 +18,14 @@ import (
 	"strings"
 )
 
-// BadRecord is one event value that breaks CONTRACT.md §3. Name says which
+// BadRecord is one event value that breaks docs/interface.md §3. Name says which
 // rule it breaks; Value is the raw Kafka record value.
 type BadRecord struct {
 	Name  string
 	Value []byte
 }
 
-// maxEventBytes is the largest event value CONTRACT.md §3 accepts (1 MiB),
+// maxEventBytes is the largest event value docs/interface.md §3 accepts (1 MiB),
 // order.MaxEventBytes.
 const maxEventBytes = 1 << 20
 
@@ -37,7 +36,7 @@ const ExampleEvent = `{"event_id":"0190f8a4-6c1e-7b3a-9d2f-3c4e5a6b7c8d","event_
 	`"total_amount":12990,"currency":"EUR"}`
 
 // BadRecordCorpus returns the project's corpus of bad records, for tests and
-// the demo: every one of them is a permanent error for Decode and must end in
+// the demo: every one of them is a permanent error for wire.Decode and must end in
 // the DLQ with its bytes unchanged. Each call returns fresh slices, so callers
 // may keep or modify them. The over-1-MiB record is built here rather than
 // stored in the repository.

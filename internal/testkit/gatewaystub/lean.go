@@ -175,7 +175,7 @@ func (s *Stub) answerLean(ctx context.Context, req leanRequest) (rep reply, rese
 		return reply{status: http.StatusMethodNotAllowed, body: errorBody{Error: "method_not_allowed"},
 			header: map[string]string{"Allow": http.MethodPost}}, false, Call{}, false
 	}
-	call = Call{Key: req.key, TraceParent: req.traceParent, Time: time.Now()}
+	call = Call{Route: "POST " + Path, Key: req.key, TraceParent: req.traceParent, Time: time.Now()}
 	body, msg := parseBody(req.ctype, req.body)
 	call.OrderID, call.CustomerID, call.Amount, call.Currency = body.OrderID, body.CustomerID, body.Amount, body.Currency
 	if msg == "" {

@@ -1,9 +1,12 @@
 // Package gatewaystub is an in-process fake of the payment gateway of
-// CONTRACT.md §6: a real HTTP server on the loopback interface that charges,
-// declines and replays per Idempotency-Key the way Stripe and the IETF
-// Idempotency-Key draft do, records every call, and injects faults (5xx,
-// slow replies, a connection reset after the charge) on demand. Tests, the
-// end-to-end suite, benchmarks and `billing demo` point the service at it.
+// docs/interface.md §6: a real HTTP server on the loopback interface that charges,
+// declines, refuses and replays per Idempotency-Key the way Stripe and the
+// IETF Idempotency-Key draft do, records every call and every attempt
+// (kept longer than any key, and served by the lookup and the list), and
+// injects faults (5xx, slow replies, a connection reset after the charge,
+// a key forgotten) on demand. The same stub speaks Stripe's PaymentIntents
+// API under /v1/ (stripe.go). Tests, the end-to-end suite, benchmarks and
+// `billing demo` point the service at it.
 package gatewaystub
 
 import (
@@ -62,6 +65,20 @@ type Options struct {
 	// that a remote gateway never takes from the machine being measured.
 	// Charges still records every charge.
 	NoCallLog bool
+	// RefuseIf decides whether a valid request is refused without being
+	// executed (400 invalid_customer; at Stripe, a 400 invalid_request_error):
+	// nothing is remembered under its key, and the attempt is recorded as
+	// refused. Default: the customer id starts with "refused-".
+	RefuseIf func(Body) bool
+	// PageSize is how many records one page of the list holds (100 when 0).
+	PageSize int
+	// SearchLag is how long a Stripe PaymentIntent stays out of the search
+	// (/v1/payment_intents/search) after it is created: Stripe's search is
+	// eventually consistent. The list and the generic lookup are not.
+	SearchLag time.Duration
+	// StripeKey is the API key the Stripe endpoints accept ("sk_test_stub"
+	// when empty); any other is refused with a 401.
+	StripeKey string
 }
 
 // Call is one request the stub answered (or hung up on).
@@ -75,6 +92,9 @@ type Call struct {
 	Replayed    bool   // answered from an earlier request with the same key
 	TraceParent string // traceparent header, "" when absent
 	Time        time.Time
+	// Route is the endpoint: "POST /charges", "GET /charges",
+	// "POST /v1/payment_intents", "GET /v1/customers/{id}"…
+	Route string
 }
 
 // Charge is one successful charge: what a real gateway would have taken
@@ -86,6 +106,28 @@ type Charge struct {
 	CustomerID string
 	Amount     int64
 	Currency   string
+	Time       time.Time
+}
+
+// Attempt statuses of the lookup and the list (docs/interface.md §6).
+const (
+	AttemptSucceeded = "succeeded"
+	AttemptDeclined  = "declined"
+	AttemptRefused   = "refused"
+)
+
+// Attempt is one attempt the gateway recorded: every executed charge
+// (succeeded or declined) and every refusal (RefuseIf), under any key, kept
+// for as long as the stub lives, longer than any key (Forget). The lookup
+// and the list serve them.
+type Attempt struct {
+	ID         string // ch_… (generic) or pi_… (Stripe)
+	Key        string
+	OrderID    string
+	CustomerID string
+	Amount     int64
+	Currency   string // upper case
+	Status     string // AttemptSucceeded, AttemptDeclined, AttemptRefused; at Stripe the PaymentIntent's status
 	Time       time.Time
 }
 
@@ -107,6 +149,16 @@ type Fault struct {
 	// does with the service's credentials. StartLean's server keeps no
 	// headers to echo.
 	EchoRequest bool
+	// Header is added to the reply (with Status: Stripe-Should-Retry,
+	// Retry-After).
+	Header map[string]string
+	// ErrorType and ErrorCode, with Status on a Stripe endpoint, replace
+	// the error's type (derived from Status when empty) and code.
+	ErrorType, ErrorCode string
+	// PIStatus, on a Stripe charge, executes it as usual and gives the
+	// PaymentIntent this status (processing, requires_action, canceled…)
+	// instead of succeeded: remembered under its key like any result.
+	PIStatus string
 }
 
 // keyState is what the stub remembers of an Idempotency-Key whose request
@@ -124,6 +176,10 @@ type keyState struct {
 // its own. Safe for concurrent use.
 type Stub struct {
 	declineIf func(Body) bool
+	refuseIf  func(Body) bool
+	pageSize  int
+	searchLag time.Duration
+	stripeKey string
 	log       *slog.Logger
 	noCallLog bool
 	done      chan struct{} // closed by Close: ends every wait
@@ -140,6 +196,8 @@ type Stub struct {
 	requests map[string]int // requests seen per key, for Fault
 	calls    []Call
 	charges  []Charge
+	attempts []Attempt
+	piKeys   map[string]*piKeyState // Stripe: what each Idempotency-Key of a PaymentIntent gave
 	srv      *http.Server
 	serveErr chan error
 }
@@ -154,9 +212,23 @@ func New(opts Options) *Stub {
 		latency:   opts.Latency,
 		keys:      map[string]*keyState{},
 		requests:  map[string]int{},
+		piKeys:    map[string]*piKeyState{},
+		refuseIf:  opts.RefuseIf,
+		pageSize:  opts.PageSize,
+		searchLag: opts.SearchLag,
+		stripeKey: opts.StripeKey,
 	}
 	if s.declineIf == nil {
 		s.declineIf = func(b Body) bool { return strings.HasPrefix(b.CustomerID, "declined-") }
+	}
+	if s.refuseIf == nil {
+		s.refuseIf = func(b Body) bool { return strings.HasPrefix(b.CustomerID, "refused-") }
+	}
+	if s.pageSize <= 0 {
+		s.pageSize = 100
+	}
+	if s.stripeKey == "" {
+		s.stripeKey = DefaultStripeKey
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -242,6 +314,21 @@ func (s *Stub) SetFault(f func(c Call, n int) Fault) {
 	s.fault = f
 }
 
+// InFlight reports whether a request under key has begun its charge and
+// not yet ended it: the state in which another request under the same key
+// is answered 409 (generic API) or idempotency_key_in_use (Stripe's). The
+// fault hook runs before that state begins, so a test that wants a second
+// request to meet it waits for InFlight, not for the hook.
+func (s *Stub) InFlight(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.keys[key]; ok && st.inFlight {
+		return true
+	}
+	st, ok := s.piKeys[key]
+	return ok && st.inFlight
+}
+
 // Hold makes every valid request that arrives from now on wait, before the
 // stub executes it, until release is called (or the stub closes): a gateway
 // that has the charge request and has not answered it. A held request is
@@ -304,6 +391,54 @@ func (s *Stub) ChargesForOrder(orderID string) []Charge {
 	return out
 }
 
+// Attempts returns every attempt recorded so far, in the order they were
+// made.
+func (s *Stub) Attempts() []Attempt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Attempt(nil), s.attempts...)
+}
+
+// Plant records a as if the gateway had made it (its Time, when zero, is
+// now; its ID, when empty, a new one): money taken outside billing, or by
+// a key billing no longer knows. A succeeded one counts in Charges too.
+func (s *Stub) Plant(a Attempt) Attempt {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a.Time.IsZero() {
+		a.Time = time.Now()
+	}
+	if a.ID == "" {
+		a.ID = newChargeID()
+	}
+	s.attempts = append(s.attempts, a)
+	slices.SortStableFunc(s.attempts, func(x, y Attempt) int { return x.Time.Compare(y.Time) })
+	if a.Status == AttemptSucceeded {
+		s.charges = append(s.charges, Charge{ID: a.ID, Key: a.Key, OrderID: a.OrderID, CustomerID: a.CustomerID,
+			Amount: a.Amount, Currency: a.Currency, Time: a.Time})
+	}
+	return a
+}
+
+// Forget makes the gateway forget key, as a real one does once the key's
+// lifetime has passed: the next request under it is executed as new. The
+// attempts made under it stay recorded.
+func (s *Stub) Forget(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.keys, key)
+	delete(s.piKeys, key)
+}
+
+// recordAttempt appends a; the caller holds s.mu.
+func (s *Stub) recordAttempt(a Attempt) {
+	s.attempts = append(s.attempts, a)
+	if a.Status == AttemptSucceeded {
+		s.charges = append(s.charges, Charge{ID: a.ID, Key: a.Key, OrderID: a.OrderID, CustomerID: a.CustomerID,
+			Amount: a.Amount, Currency: a.Currency, Time: a.Time})
+	}
+}
+
 // reply is an answer the handler is about to write.
 type reply struct {
 	status   int
@@ -322,19 +457,29 @@ type chargeBody struct {
 	Status   string `json:"status"`
 }
 
-// ServeHTTP implements POST /charges.
+// ServeHTTP implements POST /charges, the lookup and the list (GET
+// /charges), and Stripe's endpoints under /v1/ (stripe.go).
 func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		s.serveStripe(w, r)
+		return
+	}
 	if r.URL.Path != Path {
 		writeJSON(w, reply{status: http.StatusNotFound, body: errorBody{Error: "not_found"}})
 		return
 	}
+	if r.Method == http.MethodGet {
+		s.serveList(w, r)
+		return
+	}
 	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
+		w.Header().Set("Allow", "GET, POST")
 		writeJSON(w, reply{status: http.StatusMethodNotAllowed, body: errorBody{Error: "method_not_allowed"}})
 		return
 	}
 
 	call := Call{
+		Route:       "POST " + Path,
 		Key:         r.Header.Get(HeaderIdempotencyKey),
 		TraceParent: r.Header.Get(HeaderTraceParent),
 		Time:        time.Now(),
@@ -364,6 +509,38 @@ func (s *Stub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // status 0 when there is none to give (the stub closed, or the client left
 // while waiting), and whether the connection is to be reset instead.
 func (s *Stub) charge(ctx context.Context, call Call, body Body, hdr http.Header) (reply, bool) {
+	fault, wait, ok := s.admit(call)
+	if !ok {
+		return reply{}, false
+	}
+	if fault.Status != 0 {
+		if !s.wait(ctx, wait) {
+			return reply{}, false
+		}
+		msg := http.StatusText(fault.Status)
+		if fault.EchoRequest {
+			msg = echo(hdr)
+		}
+		return reply{status: fault.Status, body: errorBody{Error: "injected_fault", Message: msg}, header: fault.Header}, false
+	}
+	if s.refuseIf(body) {
+		if !s.wait(ctx, wait) {
+			return reply{}, false
+		}
+		s.mu.Lock()
+		s.recordAttempt(Attempt{ID: newChargeID(), Key: call.Key, OrderID: body.OrderID, CustomerID: body.CustomerID,
+			Amount: body.Amount, Currency: body.Currency, Status: AttemptRefused, Time: time.Now()})
+		s.mu.Unlock()
+		return reply{status: http.StatusBadRequest, body: errorBody{Error: "invalid_customer"}}, false
+	}
+	rep := s.execute(ctx, call.Key, body, wait)
+	return rep, fault.ResetAfterCharge && rep.status != 0
+}
+
+// admit counts a valid charge request under its key, waits out a Hold,
+// and asks the fault hook: the fault to apply and how long to take. ok is
+// false when the stub closed meanwhile.
+func (s *Stub) admit(call Call) (fault Fault, wait time.Duration, ok bool) {
 	s.mu.Lock()
 	s.requests[call.Key]++
 	n, faultFn, latency, hold := s.requests[call.Key], s.fault, s.latency, s.hold
@@ -381,28 +558,14 @@ func (s *Stub) charge(ctx context.Context, call Call, body Body, hdr http.Header
 		s.mu.Unlock()
 		select {
 		case <-s.done:
-			return reply{}, false
+			return Fault{}, 0, false
 		default:
 		}
 	}
-	var fault Fault
 	if faultFn != nil {
 		fault = faultFn(call, n)
 	}
-	wait := latency + fault.Delay
-
-	if fault.Status != 0 {
-		if !s.wait(ctx, wait) {
-			return reply{}, false
-		}
-		msg := http.StatusText(fault.Status)
-		if fault.EchoRequest {
-			msg = echo(hdr)
-		}
-		return reply{status: fault.Status, body: errorBody{Error: "injected_fault", Message: msg}}, false
-	}
-	rep := s.execute(ctx, call.Key, body, wait)
-	return rep, fault.ResetAfterCharge && rep.status != 0
+	return fault, latency + fault.Delay, true
 }
 
 // echo renders request headers as a debug dump, Authorization first.
@@ -461,14 +624,14 @@ func (s *Stub) execute(ctx context.Context, key string, body Body, wait time.Dur
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.inFlight = false
+	a := Attempt{ID: newChargeID(), Key: key, OrderID: body.OrderID, CustomerID: body.CustomerID,
+		Amount: body.Amount, Currency: body.Currency, Status: AttemptSucceeded, Time: time.Now()}
 	if declined {
-		st.status = http.StatusPaymentRequired
+		st.status, a.Status = http.StatusPaymentRequired, AttemptDeclined
 	} else {
-		st.status = http.StatusCreated
-		st.chargeID = newChargeID()
-		s.charges = append(s.charges, Charge{ID: st.chargeID, Key: key, OrderID: body.OrderID,
-			CustomerID: body.CustomerID, Amount: body.Amount, Currency: body.Currency, Time: time.Now()})
+		st.status, st.chargeID = http.StatusCreated, a.ID
 	}
+	s.recordAttempt(a)
 	return finalReply(st, false)
 }
 

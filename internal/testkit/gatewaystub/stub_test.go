@@ -262,7 +262,7 @@ func testValidation(t *testing.T, start startFunc) {
 		{"long key", "POST", Path, "application/json", strings.Repeat("k", 256), valid, 400},
 		{"not json content type", "POST", Path, "text/plain", "k", valid, 400},
 		{"too large", "POST", Path, "application/json", "k", `{"order_id":"` + strings.Repeat("o", maxBodyBytes) + `"}`, 413},
-		{"GET", "GET", Path, "", "k", "", 405},
+		{"PUT", "PUT", Path, "", "k", "", 405},
 		{"other path", "POST", "/refunds", "application/json", "k", valid, 404},
 	}
 	for _, tt := range tests {

@@ -45,21 +45,47 @@ func Start(root, dir string) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrUnavailable, bytes.TrimSpace(libs))
 	}
-	ports, err := FreePorts(2)
+	// A port free a moment ago can be taken by another test process before
+	// the broker binds it: such a start is tried again, on other ports and
+	// from an empty directory (the failed start formatted it for the old
+	// ones).
+	for attempt := 1; ; attempt++ {
+		ports, err := FreePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		b := &Broker{
+			script:  script,
+			dir:     dir,
+			addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+			ports:   [2]int{ports[0], ports[1]},
+			Version: filepath.Base(filepath.Dir(strings.TrimSpace(string(libs)))),
+		}
+		err = b.start()
+		if err == nil {
+			return b, nil
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			return nil, err
+		}
+		if err := emptyDir(dir); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// emptyDir removes what dir holds, keeping dir.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	b := &Broker{
-		script:  script,
-		dir:     dir,
-		addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
-		ports:   [2]int{ports[0], ports[1]},
-		Version: filepath.Base(filepath.Dir(strings.TrimSpace(string(libs)))),
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
 	}
-	if err := b.start(); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return nil
 }
 
 // start runs kafka.sh start on b's directory and ports.

@@ -150,6 +150,10 @@ func CreateTopics(t testing.TB, brokers []string, partitions int, topics ...stri
 				last = fmt.Errorf("topic %s has %d partitions, want %d", topic, len(parts), partitions)
 				return false
 			}
+			if err := leadersServe(ctx, client, topic, parts); err != nil {
+				last = err
+				return false
+			}
 		}
 		return true
 	})
@@ -164,6 +168,9 @@ func CreateTopics(t testing.TB, brokers []string, partitions int, topics ...stri
 // partition and offset: n or more of them, so duplicates that an
 // at-least-once writer left are kept. It fails the test if that takes longer
 // than timeout. (It counts offsets, so it suits topics without transactions.)
+// Records of a compressed batch over kafka-go's default bound
+// (kafkago.DefaultMaxBatchBytes) come back as its stubs
+// (kafkago.BatchOmittedKey).
 func ReadAll(t testing.TB, brokers []string, topic string, n int, timeout time.Duration) []kafkago.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -235,6 +242,9 @@ func readPartition(ctx context.Context, brokers []string, topic string, partitio
 		// so the broker answers at once and a longer wait costs nothing.
 		MaxWait:        2 * time.Second,
 		ReadBackoffMax: 100 * time.Millisecond,
+		// A test reads every header a record carries (the service's
+		// readers stop at its own bound, well below this).
+		MaxRecordHeaders: 1 << 20,
 	})
 	defer r.Close()
 	if err := r.SetOffset(from); err != nil {
@@ -378,6 +388,32 @@ func committedOffsets(ctx context.Context, brokers []string, group, topic string
 // partitionsOf returns the sorted partition ids of topic once each has a
 // leader. It asks through a new transport each time: a transport answers
 // metadata requests from its cache, which would hide a topic created since.
+// leadersServe asks each partition's leader for the partition's first
+// offset: a broker listed as leader in the metadata may not act as one yet
+// and answers NOT_LEADER_FOR_PARTITION, to a produce as to this question,
+// which changes nothing.
+func leadersServe(ctx context.Context, client *kafkago.Client, topic string, parts []int) error {
+	offs := make([]kafkago.OffsetRequest, len(parts))
+	for i, p := range parts {
+		offs[i] = kafkago.FirstOffsetOf(p)
+	}
+	res, err := client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{topic: offs}})
+	if err != nil {
+		return fmt.Errorf("list offsets of %s: %w", topic, err)
+	}
+	served := 0
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return fmt.Errorf("list offsets of %s/%d: %w", topic, po.Partition, po.Error)
+		}
+		served++
+	}
+	if served != len(parts) {
+		return fmt.Errorf("list offsets of %s: %d of %d partitions answered", topic, served, len(parts))
+	}
+	return nil
+}
+
 func partitionsOf(ctx context.Context, brokers []string, topic string) ([]int, error) {
 	client, done := newClient(brokers)
 	defer done()
@@ -484,4 +520,28 @@ func EvictMembers(t testing.TB, brokers []string) {
 			}
 		}
 	}
+}
+
+// MessageWriter is a writer of [NewWriter] that writes infra/kafka's
+// messages, as the service's own writer does: for tests that route records
+// through a kafka-go writer they tune (adapters/in/kafka.MessageWriter,
+// adapters/out/kafka.Writer). Its own WriteMessages hides kafka-go's.
+type MessageWriter struct{ *kafkago.Writer }
+
+// NewMessageWriter returns [NewWriter]'s writer as a MessageWriter.
+func NewMessageWriter(t testing.TB, brokers []string, topic string) MessageWriter {
+	t.Helper()
+	return MessageWriter{NewWriter(t, brokers, topic)}
+}
+
+// WriteMessages writes msgs as kafka-go messages, in one call.
+func (w MessageWriter) WriteMessages(ctx context.Context, msgs ...kafkaclient.Message) error {
+	out := make([]kafkago.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = kafkago.Message{Topic: m.Topic, Key: m.Key, Value: m.Value, Time: m.Time}
+		for _, h := range m.Headers {
+			out[i].Headers = append(out[i].Headers, kafkago.Header{Key: h.Key, Value: h.Value})
+		}
+	}
+	return w.Writer.WriteMessages(ctx, out...)
 }

@@ -18,12 +18,16 @@
 // is a group reader configuration that keeps tests fast ([FastReaderOptions]
 // the same timings for the service run in process), [UniqueName] keeps
 // tests that share a broker apart, and [Main] is the TestMain of a package
-// that uses [SharedReal] (it also runs goleak).
+// that uses [SharedReal] (it also runs goleak). [ProduceSteps] writes plain
+// records and committed or aborted transactions in order, and
+// [MessageWriter] is a kafka-go writer that writes infra/kafka's messages,
+// for tests that route through a writer they tune.
 package kafkatest
 
 import (
 	"crypto/tls"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +110,14 @@ func WithSASL(mechanism, user, pass string) Option {
 // configuration [SelfSignedTLS] returns.
 func WithTLS(server *tls.Config) Option {
 	return func(c *fakeConfig) { c.opts = append(c.opts, kfake.TLS(server)) }
+}
+
+// WithMaxMessageBytes sets the broker's message.max.bytes, the most a batch
+// may take on the wire (1 MiB by default, as Kafka's): a compressed batch of
+// tens of megabytes of zeros takes more in some codecs (snappy compresses
+// zeros about 20 times).
+func WithMaxMessageBytes(n int) Option {
+	return WithKfake(kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(n)}))
 }
 
 // WithKfake passes options straight to kfake.NewCluster.

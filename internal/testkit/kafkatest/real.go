@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acme/billing/internal/testkit/kafkabroker"
+	"github.com/acme/billing/internal/testkit/needs"
 )
 
 // NewReal starts a real Apache Kafka broker (single node, KRaft) on a free
@@ -18,9 +19,11 @@ import (
 // when the test ends. Start-up takes about 4 s; tests of one package that can
 // share a broker should use [SharedReal].
 //
-// Without the broker jars the test is skipped, or fails when BILLING_E2E=1.
+// Without the broker jars the test is skipped, or fails when BILLING_E2E=1;
+// with -short it is skipped (package needs).
 func NewReal(t testing.TB) *Cluster {
 	t.Helper()
+	needs.External(t, "a real Kafka broker")
 	b, err := startReal(t.TempDir())
 	if err != nil {
 		skipOrFatal(t, err)
@@ -76,9 +79,11 @@ var shared struct {
 // after m.Run) to stop it; if it does not, the broker is killed shortly after
 // the test binary exits.
 //
-// Without the broker jars the test is skipped, or fails when BILLING_E2E=1.
+// Without the broker jars the test is skipped, or fails when BILLING_E2E=1;
+// with -short it is skipped (package needs).
 func SharedReal(t testing.TB) *Cluster {
 	t.Helper()
+	needs.External(t, "a real Kafka broker")
 	shared.once.Do(func() {
 		shared.mu.Lock()
 		defer shared.mu.Unlock()
@@ -140,8 +145,8 @@ func Main(m *testing.M, leakOpts ...goleak.Option) {
 
 func skipOrFatal(t testing.TB, err error) {
 	t.Helper()
-	if errors.Is(err, kafkabroker.ErrUnavailable) && os.Getenv("BILLING_E2E") != "1" {
-		t.Skipf("kafkatest: %v (set BILLING_E2E=1 to make this a failure)", err)
+	if errors.Is(err, kafkabroker.ErrUnavailable) {
+		needs.Missing(t, fmt.Errorf("kafkatest: %w", err))
 	}
 	t.Fatalf("kafkatest: %v", err)
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/acme/billing/internal/testkit/needs"
 	"github.com/acme/billing/internal/testkit/pgcluster"
 )
 
@@ -79,14 +80,10 @@ type Bouncer struct {
 // it when t ends. Every database of that server is reachable through it.
 func Start(t testing.TB, upstreamDSN string, opts Options) *Bouncer {
 	t.Helper()
+	needs.External(t, "PgBouncer")
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
-		// As kafkatest does with the broker jars: `make test` (which
-		// installs it) must run these tests; a bare go test may skip them.
-		if os.Getenv("BILLING_E2E") == "1" {
-			t.Fatalf("pgbouncertest: pgbouncer not installed (scripts/deps.sh pgbouncer): %v", err)
-		}
-		t.Skipf("pgbouncertest: pgbouncer not installed (scripts/deps.sh pgbouncer); BILLING_E2E=1 makes this a failure")
+		needs.Missing(t, fmt.Errorf("pgbouncertest: pgbouncer not installed: %w", err))
 	}
 	up, err := url.Parse(upstreamDSN)
 	if err != nil || up.User == nil || up.Hostname() == "" {

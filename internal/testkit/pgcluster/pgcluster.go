@@ -46,6 +46,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/acme/billing/internal/version"
 )
 
 // Options configures a cluster.
@@ -255,6 +257,10 @@ func (c *Cluster) Port() int { return int(c.port.Load()) }
 // Dir returns the cluster's data directory.
 func (c *Cluster) Dir() string { return c.dir }
 
+// ErrUnavailable marks a cluster that cannot start because the machine has
+// no Postgres server binaries.
+var ErrUnavailable = errors.New("pgcluster: no Postgres server binaries (initdb, postgres)")
+
 // FindBinDir returns the directory of the Postgres server binaries: the one
 // `pg_config --bindir` names when it holds initdb and postgres, otherwise the
 // highest version under /usr/lib/postgresql/*/bin (Debian's layout).
@@ -272,10 +278,10 @@ func FindBinDir() (string, error) {
 	}
 	dirs = slices.DeleteFunc(dirs, func(d string) bool { return !hasServer(d) })
 	if len(dirs) == 0 {
-		return "", errors.New("pgcluster: no Postgres server binaries (initdb, postgres) found via pg_config or under /usr/lib/postgresql/*/bin; install the postgresql package")
+		return "", fmt.Errorf("%w found via pg_config or under /usr/lib/postgresql/*/bin; install the postgresql package", ErrUnavailable)
 	}
 	slices.SortFunc(dirs, func(a, b string) int {
-		return compareVersions(filepath.Base(filepath.Dir(a)), filepath.Base(filepath.Dir(b)))
+		return version.Compare(filepath.Base(filepath.Dir(a)), filepath.Base(filepath.Dir(b)))
 	})
 	return dirs[len(dirs)-1], nil
 }
@@ -287,24 +293,6 @@ func hasServer(dir string) bool {
 		}
 	}
 	return true
-}
-
-// compareVersions orders "9.6" < "15" < "16.1", numerically by component.
-func compareVersions(a, b string) int {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := range max(len(as), len(bs)) {
-		var x, y int
-		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
-		}
-		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
-		}
-		if x != y {
-			return x - y
-		}
-	}
-	return strings.Compare(a, b)
 }
 
 // PostgresCredential is the credential of the postgres OS user, which the

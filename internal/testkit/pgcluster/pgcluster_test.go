@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,11 +12,23 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/acme/billing/internal/testkit/needs"
 	"github.com/acme/billing/internal/testkit/syncbuf"
 )
 
+// needServer skips t under -short, and without the server binaries unless
+// BILLING_E2E=1, as pgtest does for the tests that start clusters through it.
+func needServer(t *testing.T) {
+	t.Helper()
+	needs.External(t, "a Postgres server")
+	if _, err := FindBinDir(); errors.Is(err, ErrUnavailable) {
+		needs.Missing(t, err)
+	}
+}
+
 func TestStartConnectStopRestart(t *testing.T) {
 	t.Parallel()
+	needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -65,6 +78,7 @@ func TestStartConnectStopRestart(t *testing.T) {
 
 func TestStartReusesDataDir(t *testing.T) {
 	t.Parallel()
+	needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "data")
@@ -134,6 +148,7 @@ func checkServes(ctx context.Context, t *testing.T, c *Cluster, dir string) {
 
 func TestFindBinDir(t *testing.T) {
 	t.Parallel()
+	needServer(t)
 	dir, err := FindBinDir()
 	if err != nil {
 		t.Fatalf("FindBinDir() error = %v", err)
@@ -143,38 +158,9 @@ func TestFindBinDir(t *testing.T) {
 	}
 }
 
-func TestCompareVersions(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		a, b string
-		want int // sign
-	}{
-		{"15", "16", -1},
-		{"9.6", "15", -1},
-		{"16", "16", 0},
-		{"16.1", "16", 1},
-		{"17", "9.6", 1},
-	}
-	for _, tt := range tests {
-		got := compareVersions(tt.a, tt.b)
-		if sign(got) != tt.want {
-			t.Errorf("compareVersions(%q, %q) = %d, want sign %d", tt.a, tt.b, got, tt.want)
-		}
-	}
-}
-
-func sign(n int) int {
-	switch {
-	case n < 0:
-		return -1
-	case n > 0:
-		return 1
-	}
-	return 0
-}
-
 func TestStartFromInitdbCache(t *testing.T) {
 	t.Parallel()
+	needServer(t)
 	if _, err := cacheDir(); err != nil {
 		t.Skipf("no usable cache directory: %v", err)
 	}

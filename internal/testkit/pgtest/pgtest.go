@@ -8,7 +8,9 @@
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
 // The throwaway cluster is started on the first NewDB, so a run that selects
-// no database test starts nothing. If the test binary is killed, the
+// no database test starts nothing. With -short (make test-unit) every test
+// that asks for a database or a cluster is skipped, and so it is on a machine
+// without the server binaries, unless BILLING_E2E=1 (package needs). If the test binary is killed, the
 // postmaster dies with it (see pgcluster) but its directory, named
 // pgtest-* under /dev/shm or os.TempDir, stays behind; with an external
 // server, so may a database named billing_tmpl_* or billing_test_*.
@@ -35,6 +37,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acme/billing/infra/postgres"
+	"github.com/acme/billing/internal/testkit/needs"
 	"github.com/acme/billing/internal/testkit/pgcluster"
 )
 
@@ -122,11 +125,12 @@ func Context(t testing.TB) context.Context {
 // nothing else, and that database's DSN. Both go away when t ends.
 func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	needs.External(t, "a Postgres server")
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	tmpl, err := server.ensureTemplate(ctx)
 	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+		fatal(t, err)
 	}
 	return newDB(ctx, t, tmpl)
 }
@@ -135,6 +139,7 @@ func NewDB(t testing.TB) (*pgxpool.Pool, string) {
 // DATABASE makes it, for tests of migrating.
 func NewEmptyDB(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	needs.External(t, "a Postgres server")
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	return newDB(ctx, t, "template0")
@@ -152,6 +157,7 @@ func NewCluster(t testing.TB) *pgcluster.Cluster {
 // for a test of what a Postgres crash loses.
 func NewClusterWith(t testing.TB, opts pgcluster.Options) *pgcluster.Cluster {
 	t.Helper()
+	needs.External(t, "a Postgres server")
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	dir, err := tempDir()
@@ -161,7 +167,7 @@ func NewClusterWith(t testing.TB, opts pgcluster.Options) *pgcluster.Cluster {
 	c, err := pgcluster.Start(ctx, filepath.Join(dir, "data"), opts)
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		t.Fatalf("pgtest: %v", err)
+		fatal(t, err)
 	}
 	t.Cleanup(func() {
 		if err := c.Stop(context.Background()); err != nil {
@@ -204,7 +210,7 @@ func newDB(ctx context.Context, t testing.TB, template string) (*pgxpool.Pool, s
 	t.Helper()
 	admin, adminDSN, err := server.ensureServer(ctx)
 	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+		fatal(t, err)
 	}
 	name := "billing_test_" + randomSuffix()
 	if err := server.createDB(ctx, admin, name, template); err != nil {
@@ -227,6 +233,16 @@ func newDB(ctx context.Context, t testing.TB, template string) (*pgxpool.Pool, s
 	}
 	t.Cleanup(pool.Close) // runs before the drop: cleanups run last-in first-out
 	return pool, dsn
+}
+
+// fatal ends t for err from starting the server: skipped when the machine
+// has no Postgres (unless BILLING_E2E=1), failed otherwise.
+func fatal(t testing.TB, err error) {
+	t.Helper()
+	if errors.Is(err, pgcluster.ErrUnavailable) {
+		needs.Missing(t, fmt.Errorf("pgtest: %w", err))
+	}
+	t.Fatalf("pgtest: %v", err)
 }
 
 // ensureServer starts the throwaway cluster unless there is a server, and
@@ -279,7 +295,7 @@ func (s *state) ensureTemplate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pool, err := postgres.NewPool(ctx, dsn, 1)
+	pool, err := postgres.NewPool(ctx, dsn, postgres.MigratePoolSize)
 	if err != nil {
 		return "", fmt.Errorf("open template %s: %w", name, err)
 	}

@@ -1,0 +1,316 @@
+package httpgateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// MaxReplyBytes is how much of a reply body is read. A charge reply is a
+// few dozen bytes; the body is scanned as it arrives, keeping only the
+// members the Client reads (replyBody), so this bounds the time spent on a
+// reply, not the memory it takes. A body that runs past it is unreadable,
+// unless it already said "succeeded" (Client.reply).
+const MaxReplyBytes = 1 << 20
+
+// maxMemberBytes bounds a member's value as written (escapes included) that
+// the Client keeps. Any value it reads whole is shorter once decoded: a
+// charge id (order.MaxChargeIDBytes) takes at most 6 bytes a character
+// written as \u00XX, so a longer one is too long whatever it holds.
+const maxMemberBytes = 2048
+
+// maxKeyBytes bounds a member name as written: longer names are none of
+// those the Client reads.
+const maxKeyBytes = 64
+
+// memberKind is what a top-level member of a reply body held.
+type memberKind int
+
+const (
+	memberAbsent    memberKind = iota // not in the body (or null)
+	memberString                      // a JSON string of at most maxMemberBytes as written
+	memberTooLong                     // a JSON string longer than that
+	memberBadString                   // a JSON string that does not decode (a raw control character, a bad escape)
+	memberNotString                   // a number, an object, an array, a boolean
+)
+
+// member is one top-level member of a reply body.
+type member struct {
+	kind  memberKind
+	value string // memberString: the decoded string (invalid UTF-8 as U+FFFD, as encoding/json does)
+}
+
+// replyBody is what the Client reads of a reply: the top-level members
+// status, charge_id and error of a JSON object, with the exact names (JSON
+// names are case-sensitive). The rest of the body is read and dropped.
+type replyBody struct {
+	status, chargeID, errCode member
+}
+
+// succeeded reports whether the body said "status":"succeeded".
+func (b replyBody) succeeded() bool {
+	return b.status.kind == memberString && b.status.value == "succeeded"
+}
+
+// unreadableError says a reply body is not a JSON object, or runs past
+// MaxReplyBytes: a fault of the gateway's reply, not of the connection.
+type unreadableError struct{ what string }
+
+func (e *unreadableError) Error() string { return "reply body " + e.what }
+
+var (
+	errNotObject = &unreadableError{"is not a JSON object"}
+	errTooLarge  = &unreadableError{fmt.Sprintf("runs past %d bytes", MaxReplyBytes)}
+)
+
+// readReply reads a reply body of at most limit bytes. It returns the
+// members read, also when it fails: those complete before the failure. The
+// error is an *unreadableError when the body is not a JSON object (trailing
+// bytes other than white space included) or runs past limit, and the
+// reader's error when the body could not be read to its end (a connection
+// closed mid-reply).
+func readReply(r io.Reader, limit int64) (replyBody, error) {
+	br := replyReaders.Get().(*bufio.Reader)
+	br.Reset(r)
+	s := &scanner{r: br, left: limit}
+	var b replyBody
+	err := s.object(&b)
+	if err == nil {
+		err = s.end()
+	}
+	br.Reset(nil) // holds no reply past its read
+	replyReaders.Put(br)
+	return b, err
+}
+
+// replyReaders are the buffers readReply reads a body through, reused: one
+// per reply was the largest allocation of a charge (the 4 KiB buffer;
+// make bench's allocation profile). Nothing readReply returns points into
+// the buffer: the members it keeps are strings of their own.
+var replyReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+
+// scanner reads a JSON text byte by byte, without keeping it.
+type scanner struct {
+	r    *bufio.Reader
+	left int64 // bytes that may still be read
+}
+
+// errEOF is a body that ended before its JSON text did.
+var errEOF = &unreadableError{"ends before its JSON text does"}
+
+// next returns the next byte.
+func (s *scanner) next() (byte, error) {
+	if s.left <= 0 {
+		return 0, errTooLarge
+	}
+	c, err := s.r.ReadByte()
+	switch {
+	case errors.Is(err, io.EOF):
+		return 0, errEOF
+	case err != nil:
+		return 0, err // the connection's: a reply cut short
+	}
+	s.left--
+	return c, nil
+}
+
+// nonSpace returns the next byte that is not JSON white space.
+func (s *scanner) nonSpace() (byte, error) {
+	for {
+		c, err := s.next()
+		if err != nil || (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+			return c, err
+		}
+	}
+}
+
+// end reads the white space after the JSON text up to the end of the body.
+func (s *scanner) end() error {
+	_, err := s.nonSpace()
+	switch {
+	case errors.Is(err, errEOF):
+		return nil
+	case err != nil:
+		return err
+	}
+	return errNotObject
+}
+
+// object reads a top-level object into b.
+func (s *scanner) object(b *replyBody) error {
+	c, err := s.nonSpace()
+	if err != nil {
+		return err
+	}
+	if c != '{' {
+		return errNotObject
+	}
+	if c, err = s.nonSpace(); err != nil || c == '}' {
+		return err
+	}
+	for {
+		if c != '"' {
+			return errNotObject
+		}
+		raw, over, err := s.str(maxKeyBytes)
+		if err != nil {
+			return err
+		}
+		var target *member
+		if !over {
+			var key string
+			if json.Unmarshal(raw, &key) == nil {
+				switch key {
+				case "status":
+					target = &b.status
+				case "charge_id":
+					target = &b.chargeID
+				case "error":
+					target = &b.errCode
+				}
+			}
+		}
+		if c, err = s.nonSpace(); err != nil {
+			return err
+		}
+		if c != ':' {
+			return errNotObject
+		}
+		if c, err = s.nonSpace(); err != nil {
+			return err
+		}
+		m, err := s.value(c, target != nil)
+		if err != nil {
+			return err
+		}
+		if target != nil {
+			*target = m // a name given twice: the last one, as encoding/json
+		}
+		if c, err = s.nonSpace(); err != nil {
+			return err
+		}
+		switch c {
+		case '}':
+			return nil
+		case ',':
+			if c, err = s.nonSpace(); err != nil {
+				return err
+			}
+		default:
+			return errNotObject
+		}
+	}
+}
+
+// value reads the value that starts with c; keep says whether its member
+// is one the Client reads.
+func (s *scanner) value(c byte, keep bool) (member, error) {
+	switch c {
+	case '"':
+		raw, over, err := s.str(maxMemberBytes)
+		switch {
+		case err != nil:
+			return member{}, err
+		case !keep:
+			return member{}, nil
+		case over:
+			return member{kind: memberTooLong}, nil
+		}
+		var v string
+		if json.Unmarshal(raw, &v) != nil {
+			return member{kind: memberBadString}, nil
+		}
+		return member{kind: memberString, value: v}, nil
+	case '{', '[':
+		return member{kind: memberNotString}, s.skipNested()
+	}
+	lit, err := s.literal(c)
+	if err != nil {
+		return member{}, err
+	}
+	if lit == "null" {
+		return member{kind: memberAbsent}, nil
+	}
+	return member{kind: memberNotString}, nil
+}
+
+// str reads a string whose opening quote was read, and returns it as
+// written, quotes included, when that is at most limit bytes (over: longer,
+// then only skipped).
+func (s *scanner) str(limit int) (raw []byte, over bool, err error) {
+	raw = append(make([]byte, 0, 64), '"')
+	escaped := false
+	for {
+		c, err := s.next()
+		if err != nil {
+			return nil, false, err
+		}
+		if !over {
+			if len(raw) >= limit {
+				over, raw = true, nil
+			} else {
+				raw = append(raw, c)
+			}
+		}
+		switch {
+		case escaped:
+			escaped = false
+		case c == '\\':
+			escaped = true
+		case c == '"':
+			return raw, over, nil
+		}
+	}
+}
+
+// skipNested skips an object or an array whose opening bracket was read.
+// It does not check what is inside beyond strings and brackets: the
+// Client reads nothing nested.
+func (s *scanner) skipNested() error {
+	for depth := 1; depth > 0; {
+		c, err := s.next()
+		if err != nil {
+			return err
+		}
+		switch c {
+		case '"':
+			if _, _, err := s.str(0); err != nil {
+				return err
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+// literal reads a number, true, false or null that starts with c, and the
+// byte after it, which it puts back.
+func (s *scanner) literal(c byte) (string, error) {
+	isLit := func(c byte) bool {
+		return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c == '-' || c == '+' || c == '.' || c == 'E'
+	}
+	if !isLit(c) {
+		return "", errNotObject
+	}
+	lit := []byte{c}
+	for {
+		c, err := s.next()
+		if err != nil {
+			return "", err
+		}
+		if !isLit(c) {
+			_ = s.r.UnreadByte()
+			s.left++
+			return string(lit), nil
+		}
+		if len(lit) < 8 { // enough to tell null
+			lit = append(lit, c)
+		}
+	}
+}
