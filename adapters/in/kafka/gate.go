@@ -90,7 +90,7 @@ type GateOptions struct {
 // leaves, so the other release keeps every partition, and no path of it
 // sends a key; it stays ready. It logs once whom it waits for. Once no
 // such member has been seen for Quiet, counted from the first check that
-// found none, consumption resumes.
+// found none with no check since that could not tell, consumption resumes.
 type ReleaseGate struct {
 	describe DescribeGroups
 	hold     *Hold
@@ -99,7 +99,7 @@ type ReleaseGate struct {
 
 	mu         sync.Mutex
 	waiting    []GroupMember // the members the last check that could tell found unsafe
-	clearSince time.Time     // when a check first found none of them, after one that did
+	clearSince time.Time     // when a check first found none of them, after one that did or one that could not tell
 	logged     string        // the members last logged as waited for
 	failing    bool          // the last check failed (logged once per streak)
 }
@@ -136,6 +136,7 @@ func (g *ReleaseGate) Check(ctx context.Context) (bool, error) {
 			g.log.Warn("release gate: describing the consumer groups failed; the gate stays as it was",
 				slog.String("error", err.Error()))
 		}
+		g.blind()
 		return false, err
 	}
 	var unsafe []GroupMember
@@ -156,10 +157,23 @@ func (g *ReleaseGate) Check(ctx context.Context) (bool, error) {
 		}
 	}
 	if len(unsafe) == 0 && !told {
+		g.blind()
 		return false, nil
 	}
 	g.update(unsafe, time.Now())
 	return true, nil
+}
+
+// blind records a check that could not tell. It leaves the hold as it was;
+// but while the gate counts the quiet period, the period starts again at the
+// next check that can tell, since this one may have missed a member come
+// back (a process of the older release rejoining, its metadata not shown
+// while the group rebalances): the period counts only time the gate saw the
+// groups without them.
+func (g *ReleaseGate) blind() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.clearSince = time.Time{}
 }
 
 // update applies what a check that could tell found at now.
@@ -188,6 +202,8 @@ func (g *ReleaseGate) update(unsafe []GroupMember, now time.Time) {
 	}
 	if g.clearSince.IsZero() {
 		g.clearSince = now
+	}
+	if g.logged != "" { // once per departure, however many blind checks restart the period
 		g.logged = ""
 		g.log.Info("release gate: the members this process waited for have left; it consumes again once their attempts can have ended",
 			slog.Duration("after", g.opts.Quiet))

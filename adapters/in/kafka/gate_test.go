@@ -163,6 +163,57 @@ func TestReleaseGatePrimeUnknown(t *testing.T) {
 	})
 }
 
+// The quiet period counts time the gate saw the groups without the member.
+// A check that cannot tell (the group rebalancing, its members' metadata
+// not shown; or a failed describe) may hide the member come back, say a
+// process of the older release rejoining after its session expired: the
+// period starts again at the next check that can tell.
+func TestReleaseGateQuietRestartsAfterChecksThatCannotTell(t *testing.T) {
+	for _, blind := range []struct {
+		name   string
+		err    error
+		groups []GroupState
+	}{
+		{name: "rebalancing", groups: []GroupState{{Group: "billing", State: "PreparingRebalance", Members: []GroupMember{{Group: "billing", ID: "billing-old-2"}}}}},
+		{name: "describe failing", err: errors.New("coordinator not available")},
+	} {
+		t.Run(blind.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, _ := newTestHold(t)
+				groups := &fakeGroups{}
+				groups.set(nil, GroupState{Group: "billing", State: "Stable", Members: []GroupMember{older}})
+				const quiet = 15 * time.Second
+				g := NewReleaseGate(groups.describe, h, GateOptions{Groups: []string{"billing"}, RunsBeside: "1.2.0",
+					Quiet: quiet, Every: 3 * time.Second}, slog.New(slog.DiscardHandler))
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				g.Prime(ctx)
+				done := make(chan struct{})
+				go func() { defer close(done); g.Run(ctx) }()
+
+				groups.set(nil, GroupState{Group: "billing", State: "Empty"}) // it leaves...
+				advance(6 * time.Second)
+				groups.set(blind.err, blind.groups...) // ...and the gate cannot tell for a while
+				advance(9 * time.Second)
+				groups.set(nil, GroupState{Group: "billing", State: "Empty"})
+				advance(3 * time.Second)
+				seen := time.Now() // the first check that can tell again
+				advance(quiet - 3*time.Second)
+				if held, why := h.Held(); !held {
+					t.Fatalf("released %v after the first check that could tell again: the quiet period (%v) counted checks that could not (%q)",
+						time.Since(seen), quiet, why)
+				}
+				advance(3 * time.Second)
+				if held, why := h.Held(); held {
+					t.Fatalf("%v after the member was last possibly there: still held (%q)", time.Since(seen), why)
+				}
+				cancel()
+				<-done
+			})
+		})
+	}
+}
+
 func newTestHoldLogged(log *slog.Logger) (*Hold, *prometheus.GaugeVec) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "paused"}, []string{"by"})
 	return NewHold(&metrics.Hold{Paused: g}, log), g
