@@ -189,7 +189,12 @@ func TestReleaseGate(t *testing.T) {
 	procs := newProcesses(t, 2)
 	h := procs[0]
 
-	old := kafkago.NewReader(kafkatest.FastReaderConfig(h.brokers, h.cfg.KafkaGroupID, testTopic))
+	oldCfg := kafkatest.FastReaderConfig(h.brokers, h.cfg.KafkaGroupID, testTopic)
+	// The assertion below counts an attempt's life from the moment this
+	// member leaves: a short session could expire under load first, and
+	// the processes would rightly count from then.
+	oldCfg.SessionTimeout = time.Minute
+	old := kafkago.NewReader(oldCfg)
 	closed := false
 	defer func() {
 		if !closed {
