@@ -91,8 +91,13 @@ test-service: ## the service's module: go vet, every package's tests with -race,
 
 # e2e and the bench driver's smoke test run bin/billing, built once here
 # (as `make build` and the image build it), rather than each building its own.
+# Every e2e test runs beside others (t.Parallel), each on its own broker and
+# database, E2E_PARALLEL at a time: most of one waits (for a back-off, an
+# attempt's life, a broker restart, a rebalance), so more of them than cores
+# share the machine well; one at a time they took the longest of make test.
+E2E_PARALLEL ?= 4
 test-e2e: build ## go vet, the built binary against a real Kafka broker, Postgres and Prometheus
-	BILLING_E2E=1 BILLING_BIN=$(CURDIR)/$(BIN) $(GO) -C e2e test -race $(VETALL) -count=1 -timeout 30m ./...
+	BILLING_E2E=1 BILLING_BIN=$(CURDIR)/$(BIN) $(GO) -C e2e test -race $(VETALL) -count=1 -parallel $(E2E_PARALLEL) -timeout 30m ./...
 
 # Without -race (`make test` keeps it everywhere else): these tests read,
 # render and parse files and run promtool and a build; what they share runs

@@ -21,6 +21,7 @@ import (
 // once, nothing valid is dead-lettered, the offsets reach the end and
 // /readyz answers 200 again.
 func TestBrokerRestartMidStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.runOK("migrate")
 	w := newWorkload(t, 3000, 300, 50, 20)

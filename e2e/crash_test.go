@@ -26,6 +26,7 @@ import (
 // under that key and settle it from the gateway's replay: one charge per
 // order, nothing pending, offsets committed to the end.
 func TestKillBetweenGroupCommitAndCharges(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// 64 in flight on the default pool (8 connections); a held charge must
 	// not time out into a retry tier before the kill. The attempts the

@@ -400,6 +400,7 @@ func (e *env) check(w workload) {
 }
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	billOnce(t, newEnv(t))
 }
 
@@ -420,6 +421,7 @@ func billOnce(t *testing.T, e *env) {
 }
 
 func TestEndToEndSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.runOK("migrate")
 	w := newWorkload(t, 2000, 300, 50, 20)

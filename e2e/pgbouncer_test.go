@@ -15,6 +15,7 @@ import (
 // ignore_startup_parameters. migrate (twice, and its lock) and run both go
 // through it; the checks read Postgres directly.
 func TestEndToEndThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	b := pgbouncertest.Start(t, e.dsn, pgbouncertest.Options{PoolSize: 8})
 	e.dsn = b.DSN(t, e.dsn)

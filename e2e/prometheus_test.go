@@ -73,6 +73,7 @@ const (
 // the expressions stay as shipped: a 5m or 1h rate over the test's minute
 // of samples is what a freshly deployed service shows too.
 func TestAlertsOnRealPrometheus(t *testing.T) {
+	t.Parallel()
 	promBin := prometheusBinary(t)
 	kc := kafkatest.NewReal(t)
 	pg, pool := pgtest.NewMigratedCluster(t)

@@ -57,12 +57,14 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // is set, and flushes it on SIGTERM after the drain: the batch delay is set
 // far beyond the test, so the spans arrive only through that flush.
 func TestTracesExportedOnShutdown(t *testing.T) {
+	t.Parallel()
 	rcv := &otlpReceiver{}
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
-	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "3600000")
 	e := newEnv(t)
+	// The process's environment, not the test binary's: the tests beside
+	// this one start processes too.
+	e.extra = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + srv.URL, "OTEL_BSP_SCHEDULE_DELAY=3600000"}
 	e.runOK("migrate")
 
 	const traceID, parentID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"

@@ -41,6 +41,7 @@ import (
 // Only releases without a fence of their own take part: a release that
 // takes attempts waits for A's instead of sending K1.
 func TestPreviousReleaseBesideAnAttemptInFlight(t *testing.T) {
+	t.Parallel()
 	for _, r := range previousReleases(t) {
 		if takesAttempts(t, r) {
 			t.Logf("%s takes attempts: it waits for this release's attempt instead of sending the key", r)

@@ -56,6 +56,7 @@ const (
 // writes it (a trigger of the test's own, installed before the previous
 // release starts): that is what the invoice topic is checked against.
 func TestUpgradeMovesNoMoney(t *testing.T) {
+	t.Parallel()
 	prev := previousReleases(t)
 	bins := make([]string, len(prev))
 	for i, r := range prev {
