@@ -95,7 +95,7 @@ test-service: ## the service's module: go vet, every package's tests with -race,
 # database, E2E_PARALLEL at a time: most of one waits (for a back-off, an
 # attempt's life, a broker restart, a rebalance), so more of them than cores
 # share the machine well; one at a time they took the longest of make test.
-E2E_PARALLEL ?= 4
+E2E_PARALLEL ?= 3
 test-e2e: build ## go vet, the built binary against a real Kafka broker, Postgres and Prometheus
 	BILLING_E2E=1 BILLING_BIN=$(CURDIR)/$(BIN) $(GO) -C e2e test -race $(VETALL) -count=1 -parallel $(E2E_PARALLEL) -timeout 30m ./...
 

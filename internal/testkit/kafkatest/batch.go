@@ -33,12 +33,14 @@ func ProduceBatch(t testing.TB, brokers []string, topic string, partition int, c
 	t.Helper()
 	cl, done := newClient(brokers)
 	defer done()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	// A broker decompresses a compressed batch whole to validate it: a bomb
+	// of 256 MiB takes it tens of seconds on a busy 2-core machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*opTimeout)
 	defer cancel()
 	var size int
 	var err error
 	// A broker just started may not yet know it leads the partition: what
-	// Kafka calls retriable is asked again until opTimeout. The batch is
+	// Kafka calls retriable is asked again until the deadline. The batch is
 	// encoded anew each time, as a record of zeros is read once.
 	poll(ctx, func() bool {
 		size, err = produceBatch(ctx, cl, topic, partition, codec, recs)
