@@ -62,28 +62,15 @@ func knownField(name []byte) int {
 // members holds the raw JSON value of each known member, nil when absent.
 type members [numFields][]byte
 
-// Decode parses and validates one OrderConfirmed event value to
-// docs/interface.md §3: the JSON here, the rules of its values
-// (order.CheckEventID, order.CheckID, order.ValidCurrency) in core/order
-// (docs/design.md, "The event on the wire"). A missing or null currency
-// becomes defaultCurrency, which the caller has checked with
-// order.ValidCurrency (configuration is validated at start, not per event).
-// OccurredAt is returned in UTC: the instant is what the event says, the
-// offset it was written with carries no meaning for billing. Every rule
-// broken is an *order.ValidationError (permanent); its message never repeats
-// more of the payload than a member name or one character.
-func Decode(raw []byte, defaultCurrency string) (order.OrderConfirmedEvent, error) {
-	if err := checkValue(raw); err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-	m, err := scanObject(raw)
-	if err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-
-	// Members are checked in a fixed order, not in the order they came, so
-	// that the same bad record always reports the same error.
-	var evt order.OrderConfirmedEvent
+// event checks the members and builds the event from them: Decode's and
+// the jsonv2 candidate's (v2_test.go) one set of rules. Members are checked
+// in a fixed order, not in the order they came, so that the same bad record
+// always reports the same error.
+func (m *members) event(defaultCurrency string) (order.OrderConfirmedEvent, error) {
+	var (
+		evt order.OrderConfirmedEvent
+		err error
+	)
 	if evt.EventID, err = decodeEventID(m[fieldEventID]); err != nil {
 		return order.OrderConfirmedEvent{}, err
 	}
@@ -107,6 +94,28 @@ func Decode(raw []byte, defaultCurrency string) (order.OrderConfirmedEvent, erro
 		return order.OrderConfirmedEvent{}, err
 	}
 	return evt, nil
+}
+
+// Decode parses and validates one OrderConfirmed event value to
+// docs/interface.md §3: the JSON here, the rules of its values
+// (order.CheckEventID, order.CheckID, order.ValidCurrency) in core/order
+// (docs/design.md, "The event on the wire"). A missing or null currency
+// becomes defaultCurrency, which the caller has checked with
+// order.ValidCurrency (configuration is validated at start, not per event).
+// OccurredAt is returned in UTC: the instant is what the event says, the
+// offset it was written with carries no meaning for billing. Every rule
+// broken is an *order.ValidationError (permanent); its message never repeats
+// more of the payload than a member name or one character.
+func Decode(raw []byte, defaultCurrency string) (order.OrderConfirmedEvent, error) {
+	if err := checkValue(raw); err != nil {
+		return order.OrderConfirmedEvent{}, err
+	}
+	m, err := scanObject(raw)
+	if err != nil {
+		return order.OrderConfirmedEvent{}, err
+	}
+
+	return m.event(defaultCurrency)
 }
 
 // invalid is shorthand for an *order.ValidationError.

@@ -41,33 +41,7 @@ func decodeV2(raw []byte, defaultCurrency string) (order.OrderConfirmedEvent, er
 	for i, v := range [...]jsontext.Value{w.EventID, w.EventType, w.OccurredAt, w.OrderID, w.CustomerID, w.TotalAmount, w.Currency} {
 		m[i] = v
 	}
-	var (
-		evt order.OrderConfirmedEvent
-		err error
-	)
-	if evt.EventID, err = decodeEventID(m[fieldEventID]); err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-	if err = decodeEventType(m[fieldEventType]); err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-	evt.EventType = order.EventTypeOrderConfirmed
-	if evt.OccurredAt, err = decodeOccurredAt(m[fieldOccurredAt]); err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-	if evt.OrderID, err = decodeID(memberOrderID, m[fieldOrderID]); err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-	if evt.CustomerID, err = decodeID(memberCustomerID, m[fieldCustomerID]); err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-	if evt.TotalAmount, err = decodeAmount(m[fieldTotalAmount]); err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-	if evt.Currency, err = decodeCurrency(m[fieldCurrency], defaultCurrency); err != nil {
-		return order.OrderConfirmedEvent{}, err
-	}
-	return evt, nil
+	return m.event(defaultCurrency)
 }
 
 // v2Error words err as Decode would where it can.
