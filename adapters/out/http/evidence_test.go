@@ -104,10 +104,14 @@ func TestCallsInFlightAtTheTripDoNotCountAfterTheProbe(t *testing.T) {
 			_, _ = io.WriteString(w, `{"charge_id":"ch_1","status":"succeeded"}`)
 		}
 	})
-	c, _ := newClient(t, base, time.Second, WithBreaker(BreakerSettings{MinRequests: 3, CoolDown: 50 * time.Millisecond, ConsecutiveNoReply: 3}))
+	// The late calls' timeout must outlast the trip, the cool-down and the
+	// probe below even on a loaded machine (CI once took more than a second
+	// for them); the test waits for it once, in parallel with the others.
+	const timeout = 5 * time.Second
+	c, _ := newClient(t, base, timeout, WithBreaker(BreakerSettings{MinRequests: 3, CoolDown: 50 * time.Millisecond, ConsecutiveNoReply: 3}))
 	ctx := context.Background()
 
-	// Three calls in flight, hanging: they will time out in a second.
+	// Three calls in flight, hanging: they will time out after the probe.
 	mode.Store(1)
 	late := make(chan error, 3)
 	for range 3 {
@@ -131,6 +135,9 @@ func TestCallsInFlightAtTheTripDoNotCountAfterTheProbe(t *testing.T) {
 	waitHealthy(t, c)
 	if _, err := c.Charge(ctx, chargeReq(t, "ord-probe", "cus-1")); err != nil {
 		t.Fatalf("probe: %v", err)
+	}
+	if n := len(late); n > 0 {
+		t.Fatalf("%d late calls ended before the probe succeeded: the test's premise needs a longer timeout than %v", n, timeout)
 	}
 	// The three late calls time out now.
 	for range 3 {
