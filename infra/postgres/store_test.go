@@ -166,8 +166,13 @@ func TestRetryRealDeadlock(t *testing.T) {
 			t.Errorf("transaction %d: Retry() error = %v, want nil after a retry", i, err)
 		}
 	}
-	if got := attempts.Load(); got != 3 {
-		t.Errorf("attempts = %d, want 3 (the deadlock victim ran twice)", got)
+	// At least one deadlock, so at least one attempt more than the two
+	// transactions. Not exactly one: row locks grant no turn, so the
+	// victim's next attempt can lock its first row again before the
+	// survivor, woken by the victim's abort, takes it, and the two deadlock
+	// once more (seen on a loaded machine: 4 attempts).
+	if got := attempts.Load(); got < 3 {
+		t.Errorf("attempts = %d, want at least 3 (the deadlock victim ran again)", got)
 	}
 }
 
