@@ -57,6 +57,9 @@ func TestTransactionsRealBroker(t *testing.T) {
 		for _, id := range []string{"ord-p1", "ord-a", "ord-p2", "ord-p3", "ord-c", "ord-p4"} {
 			h.waitInvoice(id, order.StatusCharged)
 		}
+		// An event's outcome is counted once its settle has returned, a
+		// moment after the invoice reads charged.
+		poll.Until(t, "six events charged", 20*time.Second, func() bool { return h.outcome("charged") >= 6 })
 		invs, err := h.store.Invoices(context.Background())
 		if err != nil {
 			t.Fatal(err)
