@@ -144,7 +144,7 @@ const (
 
 // goRuntimeEnv lists environment variables the manifests may set that are not
 // billing configuration but read by the Go runtime itself.
-var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true}
+var goRuntimeEnv = map[string]bool{"GOMEMLIMIT": true, "GOGC": true}
 
 // serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor that
 // the manifests use; decoding is strict, so a field outside it fails.

@@ -67,7 +67,7 @@ func TestCompressionBombsAgainstTheBinary(t *testing.T) {
 		m = orderMessage(t, after)
 		kafkatest.ProduceBatch(t, e.brokers, topic, p, 0, kafkatest.BatchRecord{Key: m.Key, Value: m.Value})
 	}
-	e.extra = append(e.extra, "GOMEMLIMIT=230MiB") // the Deployment's (deploy/base/deployment.yaml)
+	e.extra = append(e.extra, "GOMEMLIMIT=230MiB", "GOGC=200") // the Deployment's (deploy/base/deployment.yaml)
 	p := e.start("run")
 	poll.Until(t, "the group to commit every partition to its end", 2*time.Minute, e.caughtUp)
 	hwm, err := procstat.PeakRSS(p.cmd.Process.Pid)

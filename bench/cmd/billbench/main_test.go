@@ -237,8 +237,8 @@ func TestRuntimeEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	// deploy/base/deployment.yaml: GOMEMLIMIT about 90% of limits.memory
-	// 256Mi, a literal.
-	want := map[string]string{"GOMEMLIMIT": "230MiB"}
+	// 256Mi, a literal, and GOGC.
+	want := map[string]string{"GOMEMLIMIT": "230MiB", "GOGC": "200"}
 	if !maps.Equal(got, want) {
 		t.Errorf("runtimeEnv = %v, want %v", got, want)
 	}
