@@ -21,9 +21,8 @@ export GOTOOLCHAIN ?= $(shell awk '$$1 == "toolchain" {print $$2}' go.mod)
 # duration, because a time limit that expires while an input is being minimized
 # fails the run with "context deadline exceeded" (a go test -fuzz quirk).
 FUZZTIME ?= 300000x
-# The gateway reply reader's fuzz inputs cost about three times the
-# decoder's in CPU (each is also read by encoding/json, to compare): a third
-# as many of them.
+# The gateway reply reader's fuzz inputs cost several times the decoder's in
+# CPU (each is also read by encoding/json, to compare): fewer of them.
 FUZZTIME_REPLY ?= 100000x
 # The same for the patched kafka-go's read path, with minimization bounded too
 # (each new input is minimized for up to 60 s by default).
@@ -114,10 +113,9 @@ test-deploy: ## go vet, the manifests, rules (promtool), dashboard and image che
 
 # Without -race too: what runs concurrently here is the driver's own
 # tooling (its load, its scrapes) and the in-process broker of the smoke run,
-# not the service (bin/billing, a separate process). Under -race the in-process
-# broker made this leg cost about three times the CPU (140 s of the machine's
-# CPU against 50, alone on this 2-core machine), on a machine where CI is
-# bound by its two cores.
+# not the service (bin/billing, a separate process). Under -race the
+# in-process broker made this leg cost several times the CPU, on a machine
+# where CI is bound by its two cores.
 test-bench: build ## go vet, the benchmark driver's own tests (its pgbench scripts against Postgres, a smoke run of bin/billing)
 	BILLING_E2E=1 BILLING_BIN=$(CURDIR)/$(BIN) $(GO) -C bench test $(VETALL) -count=1 -timeout 30m ./...
 
