@@ -544,8 +544,10 @@ func (c *Consumer) handle(ctx context.Context, msg Record, log func() *slog.Logg
 // (docs/interface.md §8); a dead-lettered one is final, and observed. A replayed
 // record (x-replayed-at) is counted in billing_replayed_events_total and
 // never observed in the SLI again: its event was, when it was dead-lettered.
+//
+// The outcome is counted last: whoever sees it counted (a test, a scrape)
+// sees the record's other observations too.
 func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
-	c.m.Events.WithLabelValues(string(outcome)).Inc()
 	now := c.now()
 	c.m.HandleDuration.Observe(now.Sub(start).Seconds())
 	switch {
@@ -554,6 +556,7 @@ func (c *Consumer) final(dl delivery, outcome order.Outcome, start time.Time) {
 	case outcome != order.OutcomeRetried:
 		c.m.EventDelay.Observe(now.Sub(eventTime(dl.msg)).Seconds())
 	}
+	c.m.Events.WithLabelValues(string(outcome)).Inc()
 	dl.part.done(dl.msg.Offset)
 }
 
