@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -223,6 +224,15 @@ func completeAll(ctx context.Context, t *testing.T, store *postgres.Store, c *co
 	charged := 0
 	poll.Until(t, "the completer done with every pending invoice", 30*time.Second, func() bool {
 		res, err := c.Pass(ctx)
+		if err == nil && errors.Is(res.Stopped, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The pass ran out of its own PassTimeout (a loaded machine):
+			// the charge it cut short failed with it, and its invoice stays
+			// pending for the next pass, as in the service. The checks after
+			// the passes hold the money to account.
+			t.Logf("completer pass stopped by its timeout: %+v; passing again", res)
+			charged += res.Outcomes[order.OutcomeCharged]
+			return false
+		}
 		if err != nil || res.Failed != 0 || res.Stopped != nil {
 			t.Fatalf("completer Pass() = %+v, %v, want no failure", res, err)
 		}
