@@ -163,6 +163,9 @@ const (
 
 func startLoad(t *testing.T, brokers []string, script *gatewayScript, rate int, prefix string, seed uint64) *load {
 	t.Helper()
+	// Logged so that a failed run's records can be made again by passing
+	// its seed (the processes' timing cannot be).
+	t.Logf("load %q: seed %d", prefix, seed)
 	l := &load{
 		t: t, w: kafkatest.NewWriter(t, brokers, topic), script: script, rate: rate, prefix: prefix,
 		rng: rand.New(rand.NewPCG(seed, 29)), bursts: time.Now().Add(burstEvery),
