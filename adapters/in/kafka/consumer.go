@@ -257,9 +257,21 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen Generation, d
 	var parts []*partState
 	var inGen sync.WaitGroup
 	var fetchers sync.WaitGroup
+	// Which partitions this pod owns, at every assignment: the answer to
+	// "which pod owns partition N" (BillingPartitionStuck's runbook), with
+	// billing_partition_assigned. Logged before the gauge is set, so whoever
+	// sees the gauge finds the line.
+	assignments := gen.Assignments()
 	owned := map[string][]int{}
-	for _, a := range gen.Assignments() {
+	for _, a := range assignments {
 		owned[a.Topic] = append(owned[a.Topic], a.Partition)
+	}
+	for _, ps := range owned {
+		slices.Sort(ps)
+	}
+	c.log.Info("partitions assigned", slog.Int("generation", int(gen.ID())), slog.Int("partitions", len(assignments)),
+		slog.Any("assigned", owned))
+	for _, a := range assignments {
 		c.m.Assigned.WithLabelValues(a.Topic, strconv.Itoa(a.Partition)).Set(1)
 		defer c.m.Assigned.DeleteLabelValues(a.Topic, strconv.Itoa(a.Partition))
 		ps := newPartState(a.Topic, a.Partition, a.Offset)
@@ -275,14 +287,6 @@ func (c *Consumer) runGeneration(stop, genCtx context.Context, gen Generation, d
 			}
 		}()
 	}
-	// Which partitions this pod owns, at every assignment: the answer to
-	// "which pod owns partition N" (BillingPartitionStuck's runbook), with
-	// billing_partition_assigned.
-	for _, ps := range owned {
-		slices.Sort(ps)
-	}
-	c.log.Info("partitions assigned", slog.Int("generation", int(gen.ID())), slog.Int("partitions", len(parts)),
-		slog.Any("assigned", owned))
 
 	t := time.NewTicker(c.opts.CommitInterval)
 	for fetchCtx.Err() == nil {
