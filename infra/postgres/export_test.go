@@ -53,6 +53,11 @@ func WithLockRetry(pause, watch time.Duration) MigrateOption {
 	return func(m *migrator) { m.retryMin, m.retryMax, m.watchEvery = pause, pause, watch }
 }
 
+// WithFirstLockTimeout sets the lock_timeout of a file's first try.
+func WithFirstLockTimeout(d time.Duration) MigrateOption {
+	return func(m *migrator) { m.firstTimeout = d }
+}
+
 // SplitStatements is the statements of a no-transaction migration file,
 // as the migrator runs them one by one.
 func SplitStatements(sql string) ([]string, error) { return splitStatements(sql) }

@@ -102,12 +102,22 @@ func load(fsys fs.FS) ([]migration, error) {
 	return out, nil
 }
 
-// MigrationLockTimeout is the lock_timeout of every migration statement
-// that Postgres lets run inside a transaction (docs/interface.md §10: no
-// migration statement blocks billing's reads or writes for more than 2 s).
+// MigrationLockTimeout is the longest lock_timeout of a migration
+// statement that Postgres lets run inside a transaction (docs/interface.md
+// §10: no migration statement blocks billing's reads or writes for more
+// than 2 s).
 // A statement that waits longer for a lock gives up, releasing its place in
 // the lock queue, and the migrator tries the file again after a pause.
 const MigrationLockTimeout = 2 * time.Second
+
+// firstLockTimeout is the lock_timeout of a file's first try; each try
+// after a lock conflict doubles it, up to MigrationLockTimeout. A try
+// holds billing's conflicting writes for as long as it waits, so the
+// first is short: billing's own transactions, the usual blockers, end in
+// milliseconds, and a long transaction is waited out before the next try
+// (waitOut) rather than queued behind. Only a table so busy that short
+// tries keep missing it makes the tries longer.
+const firstLockTimeout = 250 * time.Millisecond
 
 // Pauses between two tries of a migration that did not get its locks: the
 // first soon (the blocker is usually one of billing's short transactions),
@@ -150,16 +160,21 @@ func (e *RefusedError) Error() string { return "migrate: refused: " + e.Reason }
 // migrator applies a migration set under the lock discipline of
 // migrations/README.md.
 type migrator struct {
-	refuse      func(applied []AppliedMigration) string
-	log         *slog.Logger
-	lockTimeout time.Duration
-	retryMin    time.Duration
-	retryMax    time.Duration
-	watchEvery  time.Duration
+	refuse       func(applied []AppliedMigration) string
+	log          *slog.Logger
+	lockTimeout  time.Duration // the longest lock_timeout of a try
+	firstTimeout time.Duration // the lock_timeout of a file's first try
+	// tryTimeout is the lock_timeout of the running try: firstTimeout
+	// doubled at each retry of a file, up to lockTimeout. Set by retrying.
+	tryTimeout time.Duration
+	retryMin   time.Duration
+	retryMax   time.Duration
+	watchEvery time.Duration
 }
 
 func newMigrator(opts []MigrateOption) *migrator {
 	m := &migrator{log: slog.New(slog.DiscardHandler), lockTimeout: MigrationLockTimeout,
+		firstTimeout: firstLockTimeout, tryTimeout: firstLockTimeout,
 		retryMin: lockRetryMin, retryMax: lockRetryMax, watchEvery: blockerWatchEvery}
 	for _, o := range opts {
 		o(m)
@@ -324,9 +339,10 @@ func lockConflict(err error) bool {
 // retrying runs try until it succeeds, fails otherwise than by a lock
 // conflict (*errLocked), or ctx ends, pausing between tries and logging
 // each wait.
-func (mg *migrator) retrying(ctx context.Context, version string, try func() error) error {
+func (mg *migrator) retrying(ctx context.Context, pool *pgxpool.Pool, version string, try func() error) error {
 	pause := mg.retryMin
-	for n := 1; ; n++ {
+	for n, timeout := 1, min(mg.firstTimeout, mg.lockTimeout); ; n, timeout = n+1, min(2*timeout, mg.lockTimeout) {
+		mg.tryTimeout = timeout
 		err := try()
 		var locked *errLocked
 		if !errors.As(err, &locked) {
@@ -344,6 +360,56 @@ func (mg *migrator) retrying(ctx context.Context, version string, try func() err
 		case <-t.C:
 		}
 		pause = min(2*pause, mg.retryMax)
+		// Each try queues billing's writes behind it for up to its
+		// lock_timeout: trying again while the transaction that made it
+		// give up still runs (a long report) would stall billing once per
+		// try, for as long as that transaction lasts. Wait for it to end
+		// first, outside the queue.
+		if err := mg.waitOut(ctx, pool, version, locked.blockers); err != nil {
+			return fmt.Errorf("migrate %s: waiting for the transactions that held its locks after %w: %w", version, locked.err, err)
+		}
+	}
+}
+
+// sqlStillRunning counts the transactions of $1 (pids) and $2 (their
+// xact_start) that have not ended: a pid whose xact_start changed runs
+// another transaction, which did not block the try.
+const sqlStillRunning = `SELECT count(*) FROM unnest($1::int4[], $2::timestamptz[]) AS b(pid, xact_start)
+	JOIN pg_stat_activity a ON a.pid = b.pid AND a.xact_start = b.xact_start`
+
+// waitOut waits, polling every watchEvery, until none of the transactions
+// of blockers runs any more, logging once when it has to wait. Blockers
+// whose transaction the watcher did not see start are not waited for.
+func (mg *migrator) waitOut(ctx context.Context, pool *pgxpool.Pool, version string, blockers []blocker) error {
+	var pids []int32
+	var starts []time.Time
+	for _, b := range blockers {
+		if b.xactStart != nil {
+			pids, starts = append(pids, b.PID), append(starts, *b.xactStart)
+		}
+	}
+	if len(pids) == 0 {
+		return nil
+	}
+	for logged := false; ; logged = true {
+		var n int
+		if err := pool.QueryRow(ctx, sqlStillRunning, pids, starts).Scan(&n); err != nil {
+			return translate(ctx, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if !logged {
+			mg.log.Warn("migration waits for the transactions that held its locks to end before it tries again",
+				slog.String("migration", version), slog.Any("blocked_by", blockers))
+		}
+		t := time.NewTimer(mg.watchEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
 }
 
@@ -351,7 +417,7 @@ func (mg *migrator) retrying(ctx context.Context, version string, try func() err
 // transaction under the migration lock, with its statements under
 // lock_timeout; after a lock conflict, again.
 func (mg *migrator) applyInTx(ctx context.Context, pool *pgxpool.Pool, m migration) error {
-	return mg.retrying(ctx, m.version, func() error { return mg.applyInTxOnce(ctx, pool, m) })
+	return mg.retrying(ctx, pool, m.version, func() error { return mg.applyInTxOnce(ctx, pool, m) })
 }
 
 func (mg *migrator) applyInTxOnce(ctx context.Context, pool *pgxpool.Pool, m migration) error {
@@ -392,7 +458,7 @@ func (mg *migrator) applyInTxOnce(ctx context.Context, pool *pgxpool.Pool, m mig
 // is the pooler's).
 func (mg *migrator) limitLocks(ctx context.Context, tx pgx.Tx) (pid int32, err error) {
 	err = tx.QueryRow(ctx, "SELECT pg_backend_pid(), set_config('lock_timeout', $1, true)",
-		fmt.Sprintf("%dms", mg.lockTimeout.Milliseconds())).Scan(&pid, nil)
+		fmt.Sprintf("%dms", mg.tryTimeout.Milliseconds())).Scan(&pid, nil)
 	return pid, err
 }
 
@@ -419,7 +485,7 @@ func (mg *migrator) applyOutsideTx(ctx context.Context, pool *pgxpool.Pool, m mi
 	if _, err := tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
 		return fmt.Errorf("migrate %s: %w", m.version, translate(ctx, err))
 	}
-	if err := mg.retrying(ctx, m.version, func() error { return mg.runStatements(ctx, pool, m) }); err != nil {
+	if err := mg.retrying(ctx, pool, m.version, func() error { return mg.runStatements(ctx, pool, m) }); err != nil {
 		return err
 	}
 	return record(ctx, tx, m.version)
@@ -481,16 +547,18 @@ type blocker struct {
 	XactAgeSec float64 `json:"xact_age_seconds"`
 	App        string  `json:"application_name,omitempty"`
 	Query      string  `json:"query"`
+
+	xactStart *time.Time // its transaction's start: which transaction blocked
 }
 
 // sqlBlockers lists the sessions that block server process $1, with what
 // they last ran (cut short: a report's text can be long).
 const sqlBlockers = `SELECT b.pid, coalesce(b.state, ''), coalesce(extract(epoch FROM now() - b.xact_start), 0)::float8,
-		coalesce(b.application_name, ''), left(coalesce(b.query, ''), 200)
+		coalesce(b.application_name, ''), left(coalesce(b.query, ''), 200), b.xact_start
 	FROM unnest(pg_blocking_pids($1)) AS p(pid) JOIN pg_stat_activity b ON b.pid = p.pid ORDER BY b.pid`
 
 // watched runs exec, the statement of server process pid, and meanwhile
-// looks every watchEvery for the sessions blocking it, logging each new
+// looks every watchEvery (at least twice a try) for the sessions blocking it, logging each new
 // set as a wait. A lock conflict comes back as *errLocked, naming the last
 // set seen. The look needs a connection of the pool that the statement
 // does not hold; without one free it is skipped.
@@ -502,7 +570,10 @@ func (mg *migrator) watched(ctx context.Context, pool *pgxpool.Pool, version str
 		last []blocker
 	)
 	wg.Go(func() {
-		t := time.NewTicker(mg.watchEvery)
+		// At least twice a try: a try that gives up names whom it waited
+		// for, which the next waits out.
+		every := min(mg.watchEvery, mg.tryTimeout/2)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -510,7 +581,7 @@ func (mg *migrator) watched(ctx context.Context, pool *pgxpool.Pool, version str
 				return
 			case <-t.C:
 			}
-			bs, err := mg.blockers(wctx, pool, pid)
+			bs, err := mg.blockers(wctx, pool, pid, every)
 			if err != nil || len(bs) == 0 {
 				continue
 			}
@@ -520,7 +591,7 @@ func (mg *migrator) watched(ctx context.Context, pool *pgxpool.Pool, version str
 			mu.Unlock()
 			if !same {
 				mg.log.Warn("migration waits for a lock", slog.String("migration", version),
-					slog.Duration("gives_up_after", mg.lockTimeout), slog.Any("blocked_by", bs))
+					slog.Duration("gives_up_after", mg.tryTimeout), slog.Any("blocked_by", bs))
 			}
 		}
 	})
@@ -537,8 +608,8 @@ func (mg *migrator) watched(ctx context.Context, pool *pgxpool.Pool, version str
 
 // blockers returns the sessions blocking server process pid, on a
 // connection of its own taken only if one is free at once.
-func (mg *migrator) blockers(ctx context.Context, pool *pgxpool.Pool, pid int32) ([]blocker, error) {
-	actx, cancel := context.WithTimeout(ctx, mg.watchEvery/2)
+func (mg *migrator) blockers(ctx context.Context, pool *pgxpool.Pool, pid int32, every time.Duration) ([]blocker, error) {
+	actx, cancel := context.WithTimeout(ctx, every/2)
 	defer cancel()
 	conn, err := pool.Acquire(actx)
 	if err != nil {
@@ -548,7 +619,7 @@ func (mg *migrator) blockers(ctx context.Context, pool *pgxpool.Pool, pid int32)
 	rows, _ := conn.Query(ctx, sqlBlockers, pid)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (blocker, error) {
 		var b blocker
-		err := row.Scan(&b.PID, &b.State, &b.XactAgeSec, &b.App, &b.Query)
+		err := row.Scan(&b.PID, &b.State, &b.XactAgeSec, &b.App, &b.Query, &b.xactStart)
 		return b, err
 	})
 }
