@@ -48,7 +48,11 @@ const watchEvery = 250 * time.Millisecond
 func (f *fleet) start(name, release, bin string) *member {
 	f.u.t.Helper()
 	m := &member{name: name, release: release, started: time.Now(), stopWatch: make(chan struct{}), watchDone: make(chan struct{})}
-	m.p = f.u.e.startBin(bin, nil, "run")
+	var extra []string
+	if release == f.u.from.Version {
+		extra = f.u.oldEnv
+	}
+	m.p = f.u.e.startBin(bin, extra, "run")
 	m.base = "http://" + httpAddr(f.u.t, m.p)
 	go m.watch()
 	f.members = append(f.members, m)
