@@ -48,7 +48,9 @@ const (
 // a while and forward again (where a rollback to that release is safe;
 // where it is not, `billing migrate` must have refused without
 // --allow-no-rollback), and the load stops. At the end: no order charged
-// twice, no money without a charged invoice, every record billed, a
+// twice (but one that a release without a fence charged twice by itself,
+// both moves made before migration 0006 could refuse them: ownRace, logged
+// and counted), no money without a charged invoice, every record billed, a
 // duplicate or in the DLQ, every transition made once the migrations ran
 // published once with its §9 id, and every process exited 0 on SIGTERM.
 //
