@@ -168,7 +168,7 @@ func upgradeFrom(t *testing.T, from release, oldBin string) {
 	u.step("load stopped: %d records", len(sent))
 	var last drainState
 	logged := time.Now()
-	poll.UntilProgress(t, "every record consumed, no invoice pending, the outbox empty", stall,
+	poll.UntilProgress(t, "every record consumed, no invoice pending, the outbox empty", u.drainStall(prev),
 		func() drainState {
 			last = u.drainState()
 			if time.Since(logged) >= 5*time.Second {
@@ -188,6 +188,23 @@ func upgradeFrom(t *testing.T, from release, oldBin string) {
 	}
 
 	u.check(checkInput{sent: sent, orders: orders, prev: prev, mig: mig, fleet: fleet})
+}
+
+// drainStall is how long the drain may go without progress. The attempts
+// migration 0006 records for a release without a fence (it records none
+// of its own) last invoice_legacy_attempt_life(), longer than any its
+// configuration allows: the new release's pods wait them out, and a fast
+// rollout leaves some alive with nothing else left to do.
+func (u *upgrade) drainStall(prev schemaFacts) time.Duration {
+	u.t.Helper()
+	if prev.fence {
+		return stall
+	}
+	var life float64
+	if err := u.db.QueryRow(context.Background(), `SELECT extract(epoch FROM invoice_legacy_attempt_life())::float8`).Scan(&life); err != nil {
+		u.t.Fatal(err)
+	}
+	return max(stall, time.Duration(life*float64(time.Second))+stall/3)
 }
 
 // run runs bin with args to its end and returns its output.
