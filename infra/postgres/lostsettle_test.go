@@ -276,7 +276,11 @@ func TestSettlesSurviveAPostgresCrash(t *testing.T) {
 	var sizes groupSizes
 	store := postgres.NewStore(pool, postgres.WithGroups(1), sizes.option())
 	stub, client := startStub(t)
-	svc := order.NewBillingService(store, client, group, order.WithAttemptTerms(shortAttempts))
+	// The gateway holds every charge until the last is reserved, so each
+	// must still be within its send window then: terms as the service's for
+	// startStub's payment timeout, not shortAttempts, whose window a loaded
+	// machine's forty reserves outlast (their charges then fail unsent).
+	svc := order.NewBillingService(store, client, group, order.WithAttemptTerms(order.NewAttemptTerms(5*time.Second, 24*time.Hour)))
 
 	const n = 40
 	evts := make([]order.OrderConfirmedEvent, n)
@@ -289,12 +293,15 @@ func TestSettlesSurviveAPostgresCrash(t *testing.T) {
 	for i, evt := range evts {
 		wg.Go(func() { _, errs[i] = svc.Bill(ctx, evt) })
 	}
-	poll.Until(t, "every charge at the gateway", 10*time.Second, func() bool { return stub.Held() == n })
+	// Waits that follow progress, not the wall clock: on a loaded machine
+	// forty goroutines reach the gateway, and then the settles, slowly.
+	poll.UntilProgress(t, "every charge at the gateway", 10*time.Second, stub.Held, func() bool { return stub.Held() == n })
 	// The settles queue while the first one waits on the lock, then go
 	// together.
 	unlock := lockInvoices(ctx, t, pool)
 	release()
-	poll.Until(t, "every settle sent or queued", 10*time.Second, func() bool { return sizes.sent("settle")+store.QueuedSettles() == n })
+	settles := func() int { return sizes.sent("settle") + store.QueuedSettles() }
+	poll.UntilProgress(t, "every settle sent or queued", 10*time.Second, settles, func() bool { return settles() == n })
 	unlock()
 	wg.Wait()
 	if err := cluster.Crash(ctx); err != nil {
