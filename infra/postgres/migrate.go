@@ -21,6 +21,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/infra/postgres/queries"
+	"github.com/acme/billing/internal/service"
 	buildinfo "github.com/acme/billing/internal/version"
 	"github.com/acme/billing/migrations"
 )
@@ -308,12 +309,8 @@ func lockedTx(ctx context.Context, pool *pgxpool.Pool, version string) (tx pgx.T
 		}
 		// Another process migrates: wait outside any transaction.
 		rollback(ctx, tx)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !service.Sleep(ctx, wait) {
 			return nil, false, fmt.Errorf("migrate %s: wait for the migration lock: %w", version, ctx.Err())
-		case <-t.C:
 		}
 	}
 }
@@ -352,12 +349,8 @@ func (mg *migrator) retrying(ctx context.Context, pool *pgxpool.Pool, version st
 		mg.log.Warn("migration did not get its locks: it gave them up and tries again",
 			slog.String("migration", version), slog.Int("try", n), slog.Duration("retry_in", wait),
 			slog.String("error", locked.err.Error()), slog.Any("blocked_by", locked.blockers))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !service.Sleep(ctx, wait) {
 			return fmt.Errorf("migrate %s: waiting to try again after %w: %w", version, locked.err, ctx.Err())
-		case <-t.C:
 		}
 		pause = min(2*pause, mg.retryMax)
 		// Each try queues billing's writes behind it for up to its
@@ -403,12 +396,8 @@ func (mg *migrator) waitOut(ctx context.Context, pool *pgxpool.Pool, version str
 			mg.log.Warn("migration waits for the transactions that held its locks to end before it tries again",
 				slog.String("migration", version), slog.Any("blocked_by", blockers))
 		}
-		t := time.NewTimer(mg.watchEvery)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !service.Sleep(ctx, mg.watchEvery) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/billing/core/order"
+	"github.com/acme/billing/internal/service"
 )
 
 const (
@@ -492,12 +493,8 @@ func (s *Store) retry(ctx context.Context, attempt func(ctx context.Context) err
 			return err
 		}
 		pause := time.Duration(float64(base) * (0.5 + rand.Float64()))
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !service.Sleep(ctx, pause) {
 			return fmt.Errorf("postgres: retry transaction: %w (after %w)", ctx.Err(), err)
-		case <-t.C:
 		}
 	}
 }
