@@ -18,12 +18,15 @@ import (
 	"github.com/acme/billing/internal/testkit/poll"
 )
 
+// stubPaymentTimeout is the payment timeout of startStub's client.
+const stubPaymentTimeout = 5 * time.Second
+
 // startStub runs a gateway stub and a client of it, both closed at the end.
 func startStub(t *testing.T) (*gatewaystub.Stub, *httpgateway.Client) {
 	t.Helper()
 	stub := gatewaystub.New(gatewaystub.Options{})
 	base := stub.StartTest(t)
-	c, err := httpgateway.NewClient(base, 5*time.Second)
+	c, err := httpgateway.NewClient(base, stubPaymentTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -280,7 +280,7 @@ func TestSettlesSurviveAPostgresCrash(t *testing.T) {
 	// must still be within its send window then: terms as the service's for
 	// startStub's payment timeout, not shortAttempts, whose window a loaded
 	// machine's forty reserves outlast (their charges then fail unsent).
-	svc := order.NewBillingService(store, client, group, order.WithAttemptTerms(order.NewAttemptTerms(5*time.Second, 24*time.Hour)))
+	svc := order.NewBillingService(store, client, group, order.WithAttemptTerms(order.NewAttemptTerms(stubPaymentTimeout, 24*time.Hour)))
 
 	const n = 40
 	evts := make([]order.OrderConfirmedEvent, n)

@@ -175,8 +175,8 @@ type migrator struct {
 
 func newMigrator(opts []MigrateOption) *migrator {
 	m := &migrator{log: slog.New(slog.DiscardHandler), lockTimeout: MigrationLockTimeout,
-		firstTimeout: firstLockTimeout, tryTimeout: firstLockTimeout,
-		retryMin: lockRetryMin, retryMax: lockRetryMax, watchEvery: blockerWatchEvery}
+		firstTimeout: firstLockTimeout,
+		retryMin:     lockRetryMin, retryMax: lockRetryMax, watchEvery: blockerWatchEvery}
 	for _, o := range opts {
 		o(m)
 	}
