@@ -350,7 +350,7 @@ func (r *result) markdown(e *env, o options) string {
 		o.partitions, o.steady, scrapeInterval)
 	if slices.ContainsFunc(r.cells, func(c cell) bool { return c.dup }) {
 		p("- 0 ms, dup: an all-duplicate stream — before the service starts, every event of the run is written to the database as billed by the run's consumer group " +
-			"(a dedup row with that group in the event's day partition, the order's invoice charged under the event's id with a charge id of the gateway's form: the rows the service writes, by COPY, then a checkpoint), " +
+			"(a dedup row with that group in the event's day partition, the order's invoice charged under the event's id with a charge id of the gateway's form: the rows the service writes, stamped as its statements stamp them so that no trigger publishes them again, then a checkpoint), " +
 			"so the service consumes records it has seen, as after a rebalance or a replay; each run is checked: every outcome `duplicate`, no call at the gateway stub, no row added, offsets committed to the end; " +
 			"%% of ceiling is to the per-event ceiling of its client count, as for the other cells\n")
 	}
