@@ -61,11 +61,11 @@ func TestCompressionBombsAgainstTheBinary(t *testing.T) {
 		before, after := fmt.Sprintf("ord-bomb-p%d-before", p), fmt.Sprintf("ord-bomb-p%d-after", p)
 		orders = append(orders, before, after)
 		m := orderMessage(t, before)
-		kafkatest.ProduceBatch(t, e.brokers, topic, p, 0, kafkatest.BatchRecord{Key: m.Key, Value: m.Value})
-		size := kafkatest.ProduceBatch(t, e.brokers, topic, p, b.codec, kafkatest.BatchRecord{Key: []byte("ord-bomb"), Zeros: b.size})
+		kafkatest.ProduceBatch(t, e.brokers, e.topic, p, 0, kafkatest.BatchRecord{Key: m.Key, Value: m.Value})
+		size := kafkatest.ProduceBatch(t, e.brokers, e.topic, p, b.codec, kafkatest.BatchRecord{Key: []byte("ord-bomb"), Zeros: b.size})
 		t.Logf("partition %d: a %s batch of %d bytes holding %d MiB", p, b.codec, size, b.size>>20)
 		m = orderMessage(t, after)
-		kafkatest.ProduceBatch(t, e.brokers, topic, p, 0, kafkatest.BatchRecord{Key: m.Key, Value: m.Value})
+		kafkatest.ProduceBatch(t, e.brokers, e.topic, p, 0, kafkatest.BatchRecord{Key: m.Key, Value: m.Value})
 	}
 	e.extra = append(e.extra, "GOMEMLIMIT=230MiB", "GOGC=200") // the Deployment's (deploy/base/deployment.yaml)
 	p := e.start("run")
@@ -88,7 +88,7 @@ func TestCompressionBombsAgainstTheBinary(t *testing.T) {
 	if _, ok := invs["ord-bomb"]; ok {
 		t.Error("the bomb's order has an invoice")
 	}
-	dlq := kafkatest.ReadAll(t, e.brokers, dlqTopic, len(bombs), 30*time.Second)
+	dlq := kafkatest.ReadAll(t, e.brokers, e.dlq, len(bombs), 30*time.Second)
 	for _, m := range dlq {
 		hs := map[string]string{}
 		for _, h := range m.Headers {
@@ -96,7 +96,7 @@ func TestCompressionBombsAgainstTheBinary(t *testing.T) {
 		}
 		part, _ := strconv.Atoi(hs["x-original-partition"])
 		want := fmt.Sprintf("%s/%d: %s record batch at base offset 1 (offsets 1-1): decompresses to more than 33554432 bytes",
-			topic, part, bombs[part].codec)
+			e.topic, part, bombs[part].codec)
 		if len(m.Value) != 0 || hs["x-value-omitted"] != "unknown" || !strings.Contains(hs["x-error"], want) || hs["x-original-offset"] != "1" {
 			t.Errorf("DLQ record of partition %d: value %d bytes, x-value-omitted %q, x-error %q; want a stub naming %q",
 				part, len(m.Value), hs["x-value-omitted"], hs["x-error"], want)
@@ -141,7 +141,7 @@ func TestHeaderEdgeAgainstTheBinary(t *testing.T) {
 	poll.Until(t, "ord-edge rejected on the tier", 60*time.Second, func() bool {
 		return e.invoices()["ord-edge"].Status == order.StatusRejected
 	})
-	dlq := kafkatest.ReadAll(t, e.brokers, dlqTopic, 2, 30*time.Second)
+	dlq := kafkatest.ReadAll(t, e.brokers, e.dlq, 2, 30*time.Second)
 	for _, m := range dlq {
 		hs := map[string]string{}
 		own := 0
@@ -153,12 +153,12 @@ func TestHeaderEdgeAgainstTheBinary(t *testing.T) {
 		}
 		switch string(m.Key) {
 		case "ord-edge":
-			if own != 4096 || hs["traceparent"] != tp || hs["x-original-topic"] != topic || hs["x-attempt"] != "1" || len(m.Value) == 0 {
+			if own != 4096 || hs["traceparent"] != tp || hs["x-original-topic"] != e.topic || hs["x-attempt"] != "1" || len(m.Value) == 0 {
 				t.Errorf("DLQ copy of ord-edge: %d own headers, x-original-topic %q, x-attempt %q, traceparent %q, value %d bytes",
 					own, hs["x-original-topic"], hs["x-attempt"], hs["traceparent"], len(m.Value))
 			}
 		case "ord-over":
-			if len(m.Value) != 0 || hs["x-value-omitted"] == "" || hs["x-original-topic"] != topic {
+			if len(m.Value) != 0 || hs["x-value-omitted"] == "" || hs["x-original-topic"] != e.topic {
 				t.Errorf("DLQ copy of ord-over: value %d bytes, headers %d; want a stub", len(m.Value), len(m.Headers))
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ import (
 // /readyz answers 200 again.
 func TestBrokerRestartMidStream(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newEnvOwnBroker(t)
 	e.runOK("migrate")
 	w := newWorkload(t, 3000, 300, 50, 20)
 	// Every call takes 20 ms, so that the stream is still running when the
@@ -102,7 +101,7 @@ func TestBrokerRestartMidStream(t *testing.T) {
 func (e *env) tiersCaughtUp(n int) bool {
 	for tier := 1; tier <= n; tier++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		lag, err := e.kc.Lag(ctx, group+".retry."+strconv.Itoa(tier), "billing.order-confirmed.retry."+strconv.Itoa(tier))
+		lag, err := e.kc.Lag(ctx, e.retryGroup(tier), e.retryTopic(tier))
 		cancel()
 		if err != nil || len(lag) == 0 {
 			return false

@@ -62,7 +62,7 @@ func TestKillBetweenGroupCommitAndCharges(t *testing.T) {
 	p := e.start("run")
 	metrics := "http://" + httpAddr(t, p) + "/metrics"
 	poll.Until(t, "64 events in flight, their reserves waiting on the lock", 20*time.Second, func() bool {
-		return scrape(metrics)[`billing_in_flight{topic="`+topic+`"}`] == 64
+		return scrape(metrics)[`billing_in_flight{topic="`+e.topic+`"}`] == 64
 	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestKillBetweenGroupCommitAndCharges(t *testing.T) {
 	}
 	t.Logf("%d charges executed at the gateway after the kill, their invoices pending", len(charges))
 
-	kafkatest.EvictMembers(t, e.brokers)
+	kafkatest.EvictMembers(t, e.brokers, e.group)
 	restarted := time.Now()
 	p = e.start("run")
 	poll.Until(t, "the group to commit every partition to its end", paymentTimeout+order.AttemptMargin+40*time.Second, e.caughtUp)

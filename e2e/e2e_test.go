@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		binary = abs
-		os.Exit(pgtest.Run(m))
+		os.Exit(stopShared(pgtest.Run(m)))
 	}
 	dir, err := os.MkdirTemp("", "billing-e2e-bin-")
 	if err != nil {
@@ -70,17 +70,59 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build billing:", err)
 		os.Exit(1)
 	}
-	code := pgtest.Run(m)
+	code := stopShared(pgtest.Run(m))
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
-const (
-	topic      = "orders.order-confirmed.v1"
-	group      = "billing-order-confirmed"
-	dlqTopic   = "billing.order-confirmed.dlq"
-	partitions = 6
-)
+// stopShared stops the broker the tests shared (kafkatest.SharedReal) and
+// returns the run's exit code, 1 if the broker did not stop cleanly.
+func stopShared(code int) int {
+	if err := kafkatest.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "kafkatest: stop the shared broker:", err)
+		return 1
+	}
+	return code
+}
+
+// partitions is the main topic's partition count.
+const partitions = 6
+
+// names are the topics and the consumer group of one env. Envs share a
+// broker (kafkatest.SharedReal: one broker start, about 5 s of the
+// machine's CPU, instead of one per test), so each has names of its own,
+// passed to every billing process it starts.
+type names struct {
+	topic        string // BILLING_KAFKA_TOPIC
+	group        string // BILLING_KAFKA_GROUP_ID; retry tier N's group is group.retry.N
+	dlq          string // BILLING_KAFKA_DLQ_TOPIC
+	retryPrefix  string // BILLING_KAFKA_RETRY_TOPIC_PREFIX; tier N's topic is retryPrefix.N
+	invoiceTopic string // BILLING_KAFKA_INVOICE_TOPIC
+}
+
+func newNames(t *testing.T) names {
+	t.Helper()
+	base := kafkatest.UniqueName(t, "e2e")
+	return names{topic: base + ".orders", group: base + ".billing", dlq: base + ".dlq",
+		retryPrefix: base + ".retry", invoiceTopic: base + ".invoices"}
+}
+
+// retryTopic is retry tier n's topic.
+func (n names) retryTopic(tier int) string { return n.retryPrefix + "." + strconv.Itoa(tier) }
+
+// retryGroup is the consumer group of retry tier n.
+func (n names) retryGroup(tier int) string { return n.group + ".retry." + strconv.Itoa(tier) }
+
+// environ is the names as billing's environment.
+func (n names) environ() []string {
+	return []string{
+		"BILLING_KAFKA_TOPIC=" + n.topic,
+		"BILLING_KAFKA_GROUP_ID=" + n.group,
+		"BILLING_KAFKA_DLQ_TOPIC=" + n.dlq,
+		"BILLING_KAFKA_RETRY_TOPIC_PREFIX=" + n.retryPrefix,
+		"BILLING_KAFKA_INVOICE_TOPIC=" + n.invoiceTopic,
+	}
+}
 
 // workload is what the test sends and what it expects back.
 type workload struct {
@@ -173,21 +215,36 @@ type env struct {
 	gw      *gatewaystub.Stub
 	gwURL   string
 	kc      *kafkaclient.Cluster
-	broker  *kafkatest.Cluster // the env's own real broker, which a test may stop and restart
+	broker  *kafkatest.Cluster // the env's broker; only newEnvOwnBroker's may be stopped and restarted
 	extra   []string           // more environment for the billing processes; a later value of a variable wins
+	names
 }
 
+// newEnv is an env on the broker the tests share, with a database of its own.
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	pool, dsn := pgtest.NewDB(t)
-	return newEnvOn(t, pool, dsn)
+	return newEnvWith(t, pool, dsn, kafkatest.SharedReal(t))
+}
+
+// newEnvOwnBroker is newEnv on a broker of the test's own, for a test that
+// stops and restarts it.
+func newEnvOwnBroker(t *testing.T) *env {
+	t.Helper()
+	pool, dsn := pgtest.NewDB(t)
+	return newEnvWith(t, pool, dsn, kafkatest.NewReal(t))
 }
 
 // newEnvOn is newEnv on a database of the caller's (an empty one, for a
 // test that migrates it with another release).
 func newEnvOn(t *testing.T, pool *pgxpool.Pool, dsn string) *env {
 	t.Helper()
-	kc := kafkatest.NewReal(t)
+	return newEnvWith(t, pool, dsn, kafkatest.SharedReal(t))
+}
+
+func newEnvWith(t *testing.T, pool *pgxpool.Pool, dsn string, kc *kafkatest.Cluster) *env {
+	t.Helper()
+	n := newNames(t)
 	gw := gatewaystub.New(gatewaystub.Options{})
 	url := gw.StartTest(t)
 	conn, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: kc.Brokers(), ClientID: "e2e"})
@@ -197,10 +254,10 @@ func newEnvOn(t *testing.T, pool *pgxpool.Pool, dsn string) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	big := map[string]string{"max.message.bytes": strconv.Itoa(8 << 20)}
-	if err := conn.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: topic, Partitions: partitions, Configs: big}}); err != nil {
+	if err := conn.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: n.topic, Partitions: partitions, Configs: big}}); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, brokers: kc.Brokers(), dsn: dsn, store: postgres.NewStore(pool), gw: gw, gwURL: url, kc: conn, broker: kc}
+	return &env{t: t, brokers: kc.Brokers(), dsn: dsn, store: postgres.NewStore(pool), gw: gw, gwURL: url, kc: conn, broker: kc, names: n}
 }
 
 func (e *env) environ() []string {
@@ -213,7 +270,7 @@ func (e *env) environ() []string {
 		"BILLING_MAX_IN_FLIGHT=32",
 		"BILLING_SHUTDOWN_TIMEOUT=10s",
 		"BILLING_LOG_LEVEL=info",
-	), e.extra...)
+	), append(e.names.environ(), e.extra...)...)
 }
 
 // proc is one running billing process.
@@ -267,7 +324,7 @@ func (e *env) runOK(args ...string) string {
 
 func (e *env) produce(msgs []kafkago.Message) {
 	e.t.Helper()
-	w := kafkatest.NewWriter(e.t, e.brokers, topic)
+	w := kafkatest.NewWriter(e.t, e.brokers, e.topic)
 	w.BatchBytes = 16 << 20
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -290,7 +347,7 @@ func (e *env) invoiceCount() int {
 func (e *env) caughtUp() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	lag, err := e.kc.Lag(ctx, group, topic)
+	lag, err := e.kc.Lag(ctx, e.group, e.topic)
 	if err != nil || len(lag) != partitions {
 		return false
 	}
@@ -359,7 +416,7 @@ func (e *env) check(w workload) {
 		t.Errorf("gateway charged %d orders, want %d", len(charges), len(w.orders))
 	}
 
-	dlq := kafkatest.ReadAll(t, e.brokers, dlqTopic, len(w.bad), 30*time.Second)
+	dlq := kafkatest.ReadAll(t, e.brokers, e.dlq, len(w.bad), 30*time.Second)
 	seen := map[string]bool{}
 	for _, m := range dlq {
 		k := string(m.Key)
@@ -380,7 +437,7 @@ func (e *env) check(w workload) {
 			hs[h.Key] = string(h.Value)
 		}
 		for hk, hv := range map[string]string{"x-error-class": "permanent", "x-attempt": "0",
-			"x-original-topic": topic, "x-consumer-group": group} {
+			"x-original-topic": e.topic, "x-consumer-group": e.group} {
 			if hs[hk] != hv {
 				t.Errorf("DLQ record %s: header %s = %q, want %q", k, hk, hs[hk], hv)
 			}
@@ -395,7 +452,7 @@ func (e *env) check(w workload) {
 		t.Errorf("DLQ holds %d distinct malformed records, want %d", len(seen), len(w.bad))
 	}
 	if !e.caughtUp() {
-		t.Errorf("group %s has not committed every partition to its end", group)
+		t.Errorf("group %s has not committed every partition to its end", e.group)
 	}
 }
 

@@ -62,7 +62,7 @@ func TestHeldInvoiceResolvedByAPerson(t *testing.T) {
 			invs["ord-ok"].Status == order.StatusCharged
 	})
 	poll.Until(t, "billing_invoices_held 2", 30*time.Second, func() bool { return scrape(metricsURL)["billing_invoices_held"] == 2 })
-	if got := len(kafkatest.ReadAll(t, e.brokers, dlqTopic, 2, 30*time.Second)); got != 2 {
+	if got := len(kafkatest.ReadAll(t, e.brokers, e.dlq, 2, 30*time.Second)); got != 2 {
 		t.Errorf("DLQ records = %d, want the two held orders'", got)
 	}
 	calls := len(e.gw.Calls())

@@ -21,8 +21,6 @@ import (
 	"github.com/acme/billing/internal/testkit/poll"
 )
 
-const invoiceTopic = "billing.invoice-events.v1" // BILLING_KAFKA_INVOICE_TOPIC's default
-
 // TestInvoiceEventsAsADownstreamServiceSeesThem: the
 // built binary bills a stream in which some orders are refused once (400:
 // rejected, then reopened by their second event and charged), is killed
@@ -122,7 +120,7 @@ func TestInvoiceEventsAsADownstreamServiceSeesThem(t *testing.T) {
 	}
 	byOrder := map[string]*seen{}
 	n := 0
-	for _, m := range kafkatest.ReadAll(t, e.brokers, invoiceTopic, orders+len(seconds), time.Minute) {
+	for _, m := range kafkatest.ReadAll(t, e.brokers, e.invoiceTopic, orders+len(seconds), time.Minute) {
 		n++
 		var v struct {
 			EventID, EventType, OrderID, IdempotencyKey string

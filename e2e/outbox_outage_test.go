@@ -34,7 +34,7 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 	e.runOK("migrate")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := e.kc.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: invoiceTopic, Partitions: partitions}}); err != nil {
+	if err := e.kc.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: e.invoiceTopic, Partitions: partitions}}); err != nil {
 		t.Fatal(err)
 	}
 	// maxMessageBytes sets the invoice topic's max.message.bytes (op Set)
@@ -45,7 +45,7 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 		defer tr.CloseIdleConnections()
 		c := &kafkago.Client{Addr: kafkago.TCP(e.brokers...), Transport: tr, Timeout: 10 * time.Second}
 		resp, err := c.IncrementalAlterConfigs(ctx, &kafkago.IncrementalAlterConfigsRequest{Resources: []kafkago.IncrementalAlterConfigsRequestResource{{
-			ResourceType: kafkago.ResourceTypeTopic, ResourceName: invoiceTopic,
+			ResourceType: kafkago.ResourceTypeTopic, ResourceName: e.invoiceTopic,
 			Configs: []kafkago.IncrementalAlterConfigsRequestConfig{{Name: kafkaclient.MaxMessageBytesConfig, Value: v, ConfigOperation: op}},
 		}}})
 		if err == nil {
@@ -54,7 +54,7 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 			}
 		}
 		if err != nil {
-			t.Fatalf("max.message.bytes %q (operation %d) on %s: %v", v, op, invoiceTopic, err)
+			t.Fatalf("max.message.bytes %q (operation %d) on %s: %v", v, op, e.invoiceTopic, err)
 		}
 	}
 	// No record fits: every write is refused (MESSAGE_TOO_LARGE). On one
@@ -127,7 +127,7 @@ func TestOutboxWaitsOutAnInvoiceTopicOutage(t *testing.T) {
 
 	invs := e.invoices()
 	ids := map[string]map[string]bool{}
-	for _, m := range kafkatest.ReadAll(t, e.brokers, invoiceTopic, produced, time.Minute) {
+	for _, m := range kafkatest.ReadAll(t, e.brokers, e.invoiceTopic, produced, time.Minute) {
 		var v struct {
 			EventID string `json:"event_id"`
 			OrderID string `json:"order_id"`

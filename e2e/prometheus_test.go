@@ -75,7 +75,8 @@ const (
 func TestAlertsOnRealPrometheus(t *testing.T) {
 	t.Parallel()
 	promBin := prometheusBinary(t)
-	kc := kafkatest.NewReal(t)
+	kc := kafkatest.SharedReal(t)
+	n := newNames(t)
 	pg, pool := pgtest.NewMigratedCluster(t)
 	gw := gatewaystub.New(gatewaystub.Options{})
 	conn, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: kc.Brokers(), ClientID: "e2e"})
@@ -85,10 +86,10 @@ func TestAlertsOnRealPrometheus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	big := map[string]string{"max.message.bytes": strconv.Itoa(8 << 20)}
-	if err := conn.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: topic, Partitions: partitions, Configs: big}}); err != nil {
+	if err := conn.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: n.topic, Partitions: partitions, Configs: big}}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, brokers: kc.Brokers(), dsn: pg.DSN("postgres"), store: postgres.NewStore(pool), gw: gw, gwURL: gw.StartTest(t), kc: conn}
+	e := &env{t: t, brokers: kc.Brokers(), dsn: pg.DSN("postgres"), store: postgres.NewStore(pool), gw: gw, gwURL: gw.StartTest(t), kc: conn, names: n}
 
 	p := e.start("run")
 	prom := startPrometheus(t, promBin, httpAddr(t, p))

@@ -354,14 +354,14 @@ func (u *upgrade) lostEvents(sent []sentRecord) int {
 	t := u.t
 	t.Helper()
 	ctx := context.Background()
-	rows, _ := u.db.Query(ctx, `SELECT event_id FROM processed_event WHERE consumer_group = $1`, group)
+	rows, _ := u.db.Query(ctx, `SELECT event_id FROM processed_event WHERE consumer_group = $1`, u.e.group)
 	seen := map[uuid.UUID]bool{}
 	var id uuid.UUID
 	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { seen[id] = true; return nil }); err != nil {
 		t.Fatalf("read processed_event: %v", err)
 	}
 	dlq := map[uuid.UUID]bool{}
-	for _, m := range kafkatest.ReadAll(t, u.e.brokers, dlqTopic, 0, time.Minute) {
+	for _, m := range kafkatest.ReadAll(t, u.e.brokers, u.e.dlq, 0, time.Minute) {
 		evt, err := wire.Decode(m.Value, "EUR")
 		if err != nil {
 			t.Errorf("DLQ record %s/%d: not an event of the load: %v", m.Key, m.Offset, err)
@@ -404,7 +404,7 @@ func (u *upgrade) checkPublished(trs []transition, in checkInput) publication {
 	var pub publication
 	events := map[uuid.UUID][]publishedEvent{}
 	var sequence []publishedEvent // as read: by partition, then offset
-	for _, m := range kafkatest.ReadAll(t, u.e.brokers, invoiceTopic, 0, time.Minute) {
+	for _, m := range kafkatest.ReadAll(t, u.e.brokers, u.e.invoiceTopic, 0, time.Minute) {
 		var ev publishedEvent
 		if err := json.Unmarshal(m.Value, &ev); err != nil {
 			t.Errorf("invoice event %s/%d: %v: %q", m.Key, m.Offset, err, m.Value)

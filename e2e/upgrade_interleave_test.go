@@ -182,13 +182,13 @@ type ownProc struct {
 
 func (u *upgrade) startOwn(bin, name string) *ownProc {
 	u.t.Helper()
-	o := &ownProc{topic: "orders." + name, group: "billing-" + name}
+	o := &ownProc{topic: u.e.topic + "." + name, group: u.e.group + "." + name}
 	kafkatest.CreateTopics(u.t, u.e.brokers, 1, o.topic)
 	o.p = u.e.startBin(bin, []string{
 		"BILLING_KAFKA_TOPIC=" + o.topic,
 		"BILLING_KAFKA_GROUP_ID=" + o.group,
-		"BILLING_KAFKA_RETRY_TOPIC_PREFIX=billing." + name + ".retry",
-		"BILLING_KAFKA_DLQ_TOPIC=billing." + name + ".dlq",
+		"BILLING_KAFKA_RETRY_TOPIC_PREFIX=" + u.e.retryPrefix + "." + name,
+		"BILLING_KAFKA_DLQ_TOPIC=" + u.e.dlq + "." + name,
 	}, "run")
 	o.base = "http://" + httpAddr(u.t, o.p)
 	o.metrics = o.base + "/metrics"

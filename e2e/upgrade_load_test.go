@@ -161,7 +161,7 @@ const (
 	burstFor   = 250 * time.Millisecond
 )
 
-func startLoad(t *testing.T, brokers []string, script *gatewayScript, rate int, prefix string, seed uint64) *load {
+func startLoad(t *testing.T, brokers []string, topic string, script *gatewayScript, rate int, prefix string, seed uint64) *load {
 	t.Helper()
 	// Logged so that a failed run's records can be made again by passing
 	// its seed (the processes' timing cannot be).

@@ -126,7 +126,7 @@ func upgradeFrom(t *testing.T, from release, oldBin string) {
 	for _, m := range old {
 		fleet.waitReady(m)
 	}
-	ld := startLoad(t, e.brokers, u.script, upgradeRate, "ord", uint64(time.Now().UnixNano()))
+	ld := startLoad(t, e.brokers, e.topic, u.script, upgradeRate, "ord", uint64(time.Now().UnixNano()))
 	u.waitFinal(workBeforeMigrate)
 	u.step("v%s billed %d invoices under load", from.Version, workBeforeMigrate)
 
@@ -498,8 +498,8 @@ func (u *upgrade) drainState() drainState {
 	} else {
 		d.outbox = st.Pending
 	}
-	for g, tp := range map[string]string{group: topic, group + ".retry.1": "billing.order-confirmed.retry.1",
-		group + ".retry.2": "billing.order-confirmed.retry.2"} {
+	for g, tp := range map[string]string{u.e.group: u.e.topic, u.e.retryGroup(1): u.e.retryTopic(1),
+		u.e.retryGroup(2): u.e.retryTopic(2)} {
 		pos, err := u.e.kc.Positions(ctx, g, tp)
 		if err != nil {
 			d.lagErr = true

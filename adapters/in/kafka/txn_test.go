@@ -24,7 +24,7 @@ import (
 func TestReaderReadsCommittedOnly(t *testing.T) {
 	t.Parallel()
 	for name, start := range map[string]func(testing.TB, ...kafkatest.Option) *kafkatest.Cluster{
-		"kfake": kafkatest.NewFake, "real": func(t testing.TB, _ ...kafkatest.Option) *kafkatest.Cluster { return kafkatest.NewReal(t) },
+		"kfake": kafkatest.NewFake, "real": func(t testing.TB, _ ...kafkatest.Option) *kafkatest.Cluster { return kafkatest.SharedReal(t) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

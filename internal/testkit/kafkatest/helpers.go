@@ -469,15 +469,17 @@ func poll(ctx context.Context, cond func() bool) bool {
 	}
 }
 
-// EvictMembers removes every member of every consumer group on the brokers,
-// as the group coordinator does when a member's session times out. A test
-// that SIGKILLs a consumer calls it before starting the next one, so that
-// the next one's join does not wait out the dead members' session timeout
-// (30 s in the service) for its group to rebalance. The dead process
-// committed what it committed and nothing more: what the next consumer
-// resumes from is the same either way. Only for brokers whose consumers are
-// all gone: a live member evicted this way has to join again.
-func EvictMembers(t testing.TB, brokers []string) {
+// EvictMembers removes every member of every consumer group on the brokers
+// whose ID starts with prefix (a service's group and its retry tiers'
+// groups, prefix.retry.N), as the group coordinator does when a member's
+// session times out. A test that SIGKILLs a consumer calls it before
+// starting the next one, so that the next one's join does not wait out the
+// dead members' session timeout (30 s in the service) for its group to
+// rebalance. The dead process committed what it committed and nothing more:
+// what the next consumer resumes from is the same either way. Only for
+// groups whose consumers are all gone: a live member evicted this way has
+// to join again. Groups of other tests on a shared broker are left alone.
+func EvictMembers(t testing.TB, brokers []string, prefix string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -491,6 +493,9 @@ func EvictMembers(t testing.TB, brokers []string) {
 		t.Fatalf("kafkatest: list groups: %v", err)
 	}
 	for _, g := range groups.Groups {
+		if !strings.HasPrefix(g.GroupID, prefix) {
+			continue
+		}
 		desc, err := client.DescribeGroups(ctx, &kafkago.DescribeGroupsRequest{GroupIDs: []string{g.GroupID}})
 		if err != nil {
 			t.Fatalf("kafkatest: describe group %s: %v", g.GroupID, err)
