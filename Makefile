@@ -17,16 +17,25 @@ IMAGE ?= billing
 # Go module proxy and run it. An explicit GOTOOLCHAIN in the environment wins
 # (scripts/deps.sh refuses one that runs an older Go).
 export GOTOOLCHAIN ?= $(shell awk '$$1 == "toolchain" {print $$2}' go.mod)
-# Short fuzzing of the event decoder and the gateway reply reader inside `make test`: a count of inputs, not a
-# duration, because a time limit that expires while an input is being minimized
-# fails the run with "context deadline exceeded" (a go test -fuzz quirk).
-FUZZTIME ?= 300000x
+# Short fuzzing of the event decoder, the gateway reply reader and the patched
+# kafka-go's read path inside `make test`: a count of inputs, not a duration,
+# because a time limit that expires while an input is being minimized fails
+# the run with "context deadline exceeded" (a go test -fuzz quirk). In CI it
+# is a smoke: the seed corpus and the inputs the fuzzer kept (testdata/fuzz,
+# the build cache) plus a few tens of thousands of new ones, on a machine
+# where every fuzzing second is two cores taken from the other tests.
+# `make fuzz` runs ten times as many; run it after changing one of them.
+FUZZTIME ?= 100000x
 # The gateway reply reader's fuzz inputs cost several times the decoder's in
 # CPU (each is also read by encoding/json, to compare): fewer of them.
-FUZZTIME_REPLY ?= 100000x
-# The same for the patched kafka-go's read path, with minimization bounded too
-# (each new input is minimized for up to 60 s by default).
-FUZZTIME_KAFKA ?= 100000x
+FUZZTIME_REPLY ?= 30000x
+# The same for kafka-go's read path, with minimization bounded too (each new
+# input is minimized for up to 60 s by default).
+FUZZTIME_KAFKA ?= 30000x
+# The three fuzz runs, each followed by its count of inputs.
+FUZZ_DECODE = $(GO) test -vet=off -run='^$$' -fuzz=FuzzDecode ./adapters/in/kafka/wire -fuzztime=
+FUZZ_REPLY = $(GO) test -vet=off -run='^$$' -fuzz=FuzzReadReply ./adapters/out/http -fuzztime=
+FUZZ_KAFKA = $(GO) -C third_party/kafka-go test -vet=off -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzzminimizetime=100x . -fuzztime=
 
 .PHONY: help
 help: ## list the targets
@@ -89,8 +98,8 @@ STAGE_BENCH = Decode|Charge|ReadReply|Classify|Grouper
 test-service: ## the service's module: go vet, every package's tests with -race, a smoke run of the per-stage benchmarks, then a short fuzz of the event decoder and the gateway reply reader
 	BILLING_E2E=1 $(GO) test -race $(VETALL) -count=1 -timeout 30m ./...
 	$(GO) test -vet=off -run='^$$' -bench='$(STAGE_BENCH)' -benchtime=100x -benchmem ./core/order ./adapters/in/kafka/wire ./adapters/out/http ./infra/postgres
-	$(GO) test -vet=off -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./adapters/in/kafka/wire
-	$(GO) test -vet=off -run='^$$' -fuzz=FuzzReadReply -fuzztime=$(FUZZTIME_REPLY) ./adapters/out/http
+	$(FUZZ_DECODE)$(FUZZTIME)
+	$(FUZZ_REPLY)$(FUZZTIME_REPLY)
 
 # e2e and the bench driver's smoke test run bin/billing, built once here
 # (as `make build` and the image build it), rather than each building its own.
@@ -128,8 +137,19 @@ test-bench: build ## go vet, the benchmark driver's own tests (its pgbench scrip
 test-kafka-go: ## the patched kafka-go's tests, upstream's tests of the files the patch touches, a short fuzz of its read path
 	cd third_party/kafka-go && $(GO) test -race $(VETALL) -count=1 -run 'BillingPatch' ./
 	GO="$(GO)" scripts/kafka-go-upstream-tests.sh
-	cd third_party/kafka-go && \
-		$(GO) test -vet=off -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzztime=$(FUZZTIME_KAFKA) -fuzzminimizetime=100x ./
+	$(FUZZ_KAFKA)$(FUZZTIME_KAFKA)
+
+.PHONY: fuzz
+# Ten times `make test`'s inputs for each fuzz target (a few minutes on
+# two cores): for a change to the decoder, the reply reader or the kafka-go
+# patch, before it is pushed. What it finds is kept under the build cache's
+# fuzz directory, so CI's short runs start from it on the same machine; a
+# failing input is written to the package's testdata/fuzz, to commit with
+# the fix.
+fuzz: ## ten times make test's fuzzing of the event decoder, the gateway reply reader and kafka-go's patched read path (a few minutes)
+	$(FUZZ_DECODE)1000000x
+	$(FUZZ_REPLY)300000x
+	$(FUZZ_KAFKA)300000x
 
 .PHONY: vulncheck
 # govulncheck against one snapshot of the Go vulnerability database, VULNDB: the
