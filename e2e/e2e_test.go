@@ -89,9 +89,9 @@ func stopShared(code int) int {
 const partitions = 6
 
 // names are the topics and the consumer group of one env. Envs share a
-// broker (kafkatest.SharedReal: one broker start, about 5 s of the
-// machine's CPU, instead of one per test), so each has names of its own,
-// passed to every billing process it starts.
+// broker (kafkatest.SharedReal: a JVM broker's start and stop cost seconds
+// of CPU on a machine CI keeps busy), so each has names of its own, passed
+// to every billing process it starts.
 type names struct {
 	topic        string // BILLING_KAFKA_TOPIC
 	group        string // BILLING_KAFKA_GROUP_ID; retry tier N's group is group.retry.N
