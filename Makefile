@@ -105,9 +105,10 @@ test-service: ## the service's module: go vet, every package's tests with -race,
 # (as `make build` and the image build it), rather than each building its own.
 # Every e2e test runs beside others (t.Parallel), each on its own database
 # and its own topics and consumer group of one shared broker (the broker
-# restart test has a broker of its own), E2E_PARALLEL at a time: most of one waits (for a back-off, an
-# attempt's life, a broker restart, a rebalance), so more of them than cores
-# share the machine well; one at a time they took the longest of make test.
+# restart test has a broker of its own), E2E_PARALLEL at a time: most of one
+# waits (for a back-off, an attempt's life, a broker restart, a rebalance),
+# so more of them than cores share the machine well; one at a time they took
+# the longest of make test.
 # Without -race: the service under test is bin/billing, a separate process
 # built as it ships; what runs concurrently in the test process is the
 # harness (the stub gateway, the load, the scrapes), whose packages the

@@ -31,8 +31,6 @@ import (
 	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ordertest"
-	kafkaclient "github.com/acme/billing/infra/kafka"
-	"github.com/acme/billing/infra/postgres"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/needs"
@@ -75,21 +73,9 @@ const (
 func TestAlertsOnRealPrometheus(t *testing.T) {
 	t.Parallel()
 	promBin := prometheusBinary(t)
-	kc := kafkatest.SharedReal(t)
-	n := newNames(t)
 	pg, pool := pgtest.NewMigratedCluster(t)
-	gw := gatewaystub.New(gatewaystub.Options{})
-	conn, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: kc.Brokers(), ClientID: "e2e"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	big := map[string]string{"max.message.bytes": strconv.Itoa(8 << 20)}
-	if err := conn.EnsureTopics(ctx, []kafkaclient.TopicSpec{{Name: n.topic, Partitions: partitions, Configs: big}}); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, brokers: kc.Brokers(), dsn: pg.DSN("postgres"), store: postgres.NewStore(pool), gw: gw, gwURL: gw.StartTest(t), kc: conn, names: n}
+	e := newEnvWith(t, pool, pg.DSN("postgres"), kafkatest.SharedReal(t))
+	gw := e.gw
 
 	p := e.start("run")
 	prom := startPrometheus(t, promBin, httpAddr(t, p))
