@@ -31,6 +31,7 @@ import (
 	"github.com/acme/billing/adapters/in/kafka/wire"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/core/order/ordertest"
+	"github.com/acme/billing/internal/testkit/freeport"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/needs"
@@ -327,7 +328,7 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port, err := pgcluster.FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}

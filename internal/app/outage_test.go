@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/config"
+	"github.com/acme/billing/internal/testkit/freeport"
 	"github.com/acme/billing/internal/testkit/gatewaystub"
 	"github.com/acme/billing/internal/testkit/kafkatest"
 	"github.com/acme/billing/internal/testkit/pgtest"
@@ -39,14 +41,13 @@ type switchedGateway struct {
 // newSwitchedGateway returns a gateway that is down (nothing listens).
 func newSwitchedGateway(t *testing.T) *switchedGateway {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The gateway comes up and goes down on this port again and again, so it
+	// must lie where no outgoing connection can be given it meanwhile.
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &switchedGateway{t: t, stub: gatewaystub.New(gatewaystub.Options{}), addr: ln.Addr().String()}
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
+	g := &switchedGateway{t: t, stub: gatewaystub.New(gatewaystub.Options{}), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 	t.Cleanup(g.down)
 	t.Cleanup(g.stub.Close)
 	return g

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/acme/billing/internal/testkit/kafkabroker"
+	"github.com/acme/billing/internal/testkit/freeport"
 )
 
 // billingProc is bin/billing run, a child of the driver, for one run: the
@@ -32,11 +32,11 @@ const termWait = 40 * time.Second
 // as consumer group group, with the gateway at gwURL, in-flight events at
 // once, extra variables on top, and its log in logs/<name>.log.
 func startBilling(ctx context.Context, e *env, name, topic, group, gwURL string, inFlight int, extra map[string]string) (*billingProc, error) {
-	ports, err := kafkabroker.FreePorts(1)
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
-	p := &billingProc{addr: "127.0.0.1:" + strconv.Itoa(ports[0]), exited: make(chan error, 1)}
+	p := &billingProc{addr: "127.0.0.1:" + strconv.Itoa(port), exited: make(chan error, 1)}
 	if p.log, err = os.Create(filepath.Join(e.outDir, "logs", name+".log")); err != nil {
 		return nil, err
 	}

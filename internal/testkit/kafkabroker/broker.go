@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/acme/billing/internal/testkit/freeport"
 )
 
 // ErrUnavailable marks a broker that cannot start because the machine lacks
@@ -50,7 +52,7 @@ func Start(root, dir string) (*Broker, error) {
 	// from an empty directory (the failed start formatted it for the old
 	// ones).
 	for attempt := 1; ; attempt++ {
-		ports, err := FreePorts(2)
+		ports, err := freeport.Ports(2)
 		if err != nil {
 			return nil, err
 		}
@@ -105,9 +107,10 @@ func (b *Broker) start() error {
 
 // Restart starts a broker that Stop stopped, on the same ports and from
 // the same data: its topics, records and committed offsets are there
-// again, as after a broker restart in production. The ports were free
-// while it ran, and are taken again unless something else took them
-// meanwhile (then Restart fails).
+// again, as after a broker restart in production. Its ports lie outside the
+// kernel's ephemeral range (see [freeport.Ports]), so no outgoing
+// connection can take them while it is down; only another explicit bind
+// can, and then Restart fails.
 func (b *Broker) Restart() error { return b.start() }
 
 // Addr is the broker's host:port.
@@ -133,18 +136,4 @@ func (b *Broker) Stop() error {
 		return fmt.Errorf("stop broker in %s: %w\n%s", b.dir, err, out)
 	}
 	return nil
-}
-
-// FreePorts returns n distinct loopback ports that were free a moment ago.
-func FreePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

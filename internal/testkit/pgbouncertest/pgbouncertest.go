@@ -29,6 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/acme/billing/internal/testkit/freeport"
 	"github.com/acme/billing/internal/testkit/needs"
 	"github.com/acme/billing/internal/testkit/pgcluster"
 )
@@ -111,7 +112,7 @@ func Start(t testing.TB, upstreamDSN string, opts Options) *Bouncer {
 	// PgBouncer binds it: try another one then.
 	var lastErr error
 	for range 3 {
-		port, err := pgcluster.FreePort()
+		port, err := freeport.Port()
 		if err != nil {
 			t.Fatalf("pgbouncertest: %v", err)
 		}

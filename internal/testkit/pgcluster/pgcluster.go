@@ -47,6 +47,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/acme/billing/internal/testkit/freeport"
 	"github.com/acme/billing/internal/version"
 )
 
@@ -162,7 +163,7 @@ func (c *Cluster) Start(ctx context.Context) error {
 	for range attempts {
 		port := int(c.port.Load())
 		if port == 0 {
-			if port, err = FreePort(); err != nil {
+			if port, err = freeport.Port(); err != nil {
 				return err
 			}
 		}
@@ -585,16 +586,6 @@ func stopProcess(ctx context.Context, p *process) error {
 		<-p.exited
 	}
 	return fmt.Errorf("fast shutdown did not finish: %w", ctx.Err())
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func tail(b []byte, n int) string {
