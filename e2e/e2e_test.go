@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		binary = abs
-		os.Exit(stopShared(pgtest.Run(m)))
+		os.Exit(kafkatest.AfterShared(pgtest.Run(m)))
 	}
 	dir, err := os.MkdirTemp("", "billing-e2e-bin-")
 	if err != nil {
@@ -70,19 +70,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build billing:", err)
 		os.Exit(1)
 	}
-	code := stopShared(pgtest.Run(m))
+	code := kafkatest.AfterShared(pgtest.Run(m))
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// stopShared stops the broker the tests shared (kafkatest.SharedReal) and
-// returns the run's exit code, 1 if the broker did not stop cleanly.
-func stopShared(code int) int {
-	if err := kafkatest.StopShared(); err != nil {
-		fmt.Fprintln(os.Stderr, "kafkatest: stop the shared broker:", err)
-		return 1
-	}
-	return code
 }
 
 // partitions is the main topic's partition count.

@@ -25,7 +25,9 @@ import (
 	"github.com/acme/billing/internal/testkit/poll"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain stops the real broker the real-broker tests share
+// (kafkatest.SharedReal) as well as the Postgres cluster.
+func TestMain(m *testing.M) { pgtest.Exit(kafkatest.AfterShared(pgtest.Run(m))) }
 
 const testTopic = "orders.order-confirmed.v1"
 

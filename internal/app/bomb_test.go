@@ -36,7 +36,7 @@ func TestBombsKfake(t *testing.T) {
 // holding 256 MiB.
 func TestBombsRealBroker(t *testing.T) {
 	t.Parallel()
-	bombsAmongEvents(t, newRealHarness(t, kafkatest.NewReal(t).Brokers(), withSmallBatches), true)
+	bombsAmongEvents(t, newRealHarness(t, kafkatest.SharedReal(t).Brokers(), withSmallBatches), true)
 }
 
 // bombsAmongEvents writes to each partition of the main topic a valid
@@ -56,21 +56,21 @@ func bombsAmongEvents(t *testing.T, h *harness, huge bool) {
 			_, m := event(t, id, "cus-1", 100)
 			return kafkatest.BatchRecord{Key: m.Key, Value: m.Value}
 		}
-		kafkatest.ProduceBatch(t, h.brokers, testTopic, p, 0, billed("before"))
+		kafkatest.ProduceBatch(t, h.brokers, h.cfg.KafkaTopic, p, 0, billed("before"))
 		for _, codec := range cs {
 			var bomb []kafkatest.BatchRecord
 			for i := range 2 {
 				bomb = append(bomb, kafkatest.BatchRecord{Key: fmt.Appendf(nil, "ord-p%d-%s-%d", p, codec, i), Zeros: 4 << 20})
 			}
-			kafkatest.ProduceBatch(t, h.brokers, testTopic, p, codec, bomb...)
+			kafkatest.ProduceBatch(t, h.brokers, h.cfg.KafkaTopic, p, codec, bomb...)
 			stubs += len(bomb)
 		}
 		if huge && p == 0 {
-			size := kafkatest.ProduceBatch(t, h.brokers, testTopic, p, kafkago.Zstd, kafkatest.BatchRecord{Key: []byte("ord-huge"), Zeros: 256 << 20})
+			size := kafkatest.ProduceBatch(t, h.brokers, h.cfg.KafkaTopic, p, kafkago.Zstd, kafkatest.BatchRecord{Key: []byte("ord-huge"), Zeros: 256 << 20})
 			t.Logf("the broker took a zstd batch of %d bytes holding 256 MiB", size)
 			stubs++
 		}
-		kafkatest.ProduceBatch(t, h.brokers, testTopic, p, 0, billed("after"))
+		kafkatest.ProduceBatch(t, h.brokers, h.cfg.KafkaTopic, p, 0, billed("after"))
 	}
 	for _, id := range orders {
 		h.waitInvoice(id, "charged")
@@ -80,7 +80,7 @@ func bombsAmongEvents(t *testing.T, h *harness, huge bool) {
 		t.Fatal(err)
 	}
 	poll.Until(t, "every offset committed", 60*time.Second, func() bool {
-		lag, err := kc.Lag(context.Background(), h.cfg.KafkaGroupID, testTopic)
+		lag, err := kc.Lag(context.Background(), h.cfg.KafkaGroupID, h.cfg.KafkaTopic)
 		if err != nil || len(lag) != len(codecs) {
 			return false
 		}
@@ -105,11 +105,11 @@ func bombsAmongEvents(t *testing.T, h *harness, huge bool) {
 		}
 		if len(m.Value) != 0 || hs[kafkain.HeaderValueOmitted] != kafkain.ValueOmittedUnknown ||
 			!strings.Contains(hs[kafkain.HeaderError], "decompresses to more than 1048576 bytes") ||
-			!strings.Contains(hs[kafkain.HeaderError], testTopic+"/"+hs[kafkain.HeaderOriginalPartition]+":") {
+			!strings.Contains(hs[kafkain.HeaderError], h.cfg.KafkaTopic+"/"+hs[kafkain.HeaderOriginalPartition]+":") {
 			t.Errorf("DLQ record: value %d bytes, headers %v; want a stub of unknown size naming its batch", len(m.Value), hs)
 		}
 	}
-	res, err := kafkain.Replay(context.Background(), kc, h.cfg.KafkaDLQTopic, testTopic,
+	res, err := kafkain.Replay(context.Background(), kc, h.cfg.KafkaDLQTopic, h.cfg.KafkaTopic,
 		kafkain.ReplayOptions{DryRun: true, MaxBatchBytes: int(h.cfg.KafkaMaxBatchBytes)}, slog.New(slog.DiscardHandler))
 	if err != nil || res != (kafkain.ReplayResult{Skipped: stubs}) {
 		t.Errorf("dlq replay --dry-run = %+v, %v; want every stub skipped (%d)", res, err, stubs)

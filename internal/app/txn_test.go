@@ -38,7 +38,7 @@ func keyed(key string, m kafkago.Message) kafkago.Message { m.Key = []byte(key);
 // transactions are the ones that matter.
 func TestTransactionsRealBroker(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.NewReal(t).Brokers()
+	brokers := kafkatest.SharedReal(t).Brokers()
 	kc, err := kafkaclient.NewCluster(kafkaclient.Settings{Brokers: brokers, ClientID: "txn-test"})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestTransactionsRealBroker(t *testing.T) {
 	t.Run("service", func(t *testing.T) {
 		h := newRealHarness(t, brokers)
 		ev := func(id string) kafkago.Message { _, m := event(t, id, "cus-txn", 1000); return keyed("k", m) }
-		kafkatest.ProduceSteps(t, brokers, testTopic,
+		kafkatest.ProduceSteps(t, brokers, h.cfg.KafkaTopic,
 			kafkatest.Plain(ev("ord-p1")), kafkatest.Committed(ev("ord-a")), kafkatest.Plain(ev("ord-p2")), kafkatest.Aborted(ev("ord-b")),
 			kafkatest.Plain(ev("ord-p3")), kafkatest.Committed(ev("ord-c")), kafkatest.Plain(ev("ord-p4")))
 		for _, id := range []string{"ord-p1", "ord-a", "ord-p2", "ord-p3", "ord-c", "ord-p4"} {
@@ -90,18 +90,24 @@ func TestTransactionsRealBroker(t *testing.T) {
 }
 
 // newRealHarness is newHarnessOn against the given real broker: its own
-// database, gateway stub and consumer group.
+// database, gateway stub, consumer group and topics.
 func newRealHarness(t *testing.T, brokers []string, mutate ...func(*config.Config)) *harness {
 	t.Helper()
 	pool, dsn := pgtest.NewDB(t)
-	kafkatest.CreateTopics(t, brokers, 3, testTopic)
 	gw := gatewaystub.New(gatewaystub.Options{})
 	url := gw.StartTest(t)
 	cfg := testConfig(brokers, dsn, url)
+	// The broker may be shared (kafkatest.SharedReal): every name is the
+	// test's own.
+	cfg.KafkaTopic = kafkatest.UniqueName(t, "orders")
 	cfg.KafkaGroupID = kafkatest.UniqueName(t, "billing")
+	cfg.KafkaRetryTopicPrefix = kafkatest.UniqueName(t, "retry")
+	cfg.KafkaDLQTopic = kafkatest.UniqueName(t, "dlq")
+	cfg.KafkaInvoiceTopic = kafkatest.UniqueName(t, "invoices")
 	for _, m := range mutate {
 		m(&cfg)
 	}
+	kafkatest.CreateTopics(t, brokers, 3, cfg.KafkaTopic)
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -123,17 +123,24 @@ func StopShared() error {
 	return err
 }
 
+// AfterShared stops the shared broker after a TestMain's m.Run (or
+// pgtest.Run) and returns the run's exit code, or 1 if the broker did not
+// stop cleanly.
+func AfterShared(code int) int {
+	if err := StopShared(); err != nil {
+		fmt.Fprintf(os.Stderr, "kafkatest: stop shared broker: %v\n", err)
+		return 1
+	}
+	return code
+}
+
 // Main runs the tests of a package, stops the shared broker, then fails the
 // run if goroutines leaked (goleak, with leakOpts), and exits. Call it from
 // TestMain:
 //
 //	func TestMain(m *testing.M) { kafkatest.Main(m) }
 func Main(m *testing.M, leakOpts ...goleak.Option) {
-	code := m.Run()
-	if err := StopShared(); err != nil {
-		fmt.Fprintf(os.Stderr, "kafkatest: stop shared broker: %v\n", err)
-		code = 1
-	}
+	code := AfterShared(m.Run())
 	if code == 0 {
 		if err := goleak.Find(leakOpts...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)

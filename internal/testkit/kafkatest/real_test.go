@@ -31,16 +31,12 @@ func TestRealSharedIsShared(t *testing.T) {
 	}
 }
 
-func TestNewReal(t *testing.T) {
-	t.Parallel()
-	c := kafkatest.NewReal(t)
-	roundTrip(t, c.Brokers(), 1, 10)
-}
-
-// A broker stopped and restarted keeps its address and its data: the
-// records written before the stop are read after it, and the group's
-// committed offsets are still there (the e2e suite's broker-restart test
-// stops its broker mid-stream this way).
+// A broker of a test's own (NewReal) serves a round trip, and stopped and
+// restarted it keeps its address and its data: the records written before
+// the stop are read after it, and the group's committed offsets are still
+// there (the e2e suite's broker-restart test stops its broker mid-stream
+// this way). One test for both, since each broker start costs seconds of
+// CPU.
 func TestRealRestart(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.NewReal(t)

@@ -75,8 +75,12 @@ type state struct {
 // Main runs the tests with a Postgres for NewDB, tears it down, then fails
 // the run if goroutines outlived the tests (goleak, with leakOpts), and
 // exits. Call it from TestMain.
-func Main(m *testing.M, leakOpts ...goleak.Option) {
-	code := Run(m)
+func Main(m *testing.M, leakOpts ...goleak.Option) { Exit(Run(m), leakOpts...) }
+
+// Exit ends a TestMain that called [Run] (and stopped what else its tests
+// shared) with the run's exit code: 1 instead of 0 if goroutines outlived
+// the tests (goleak, with leakOpts).
+func Exit(code int, leakOpts ...goleak.Option) {
 	if code == 0 {
 		if err := goleak.Find(leakOpts...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
