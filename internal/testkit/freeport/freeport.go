@@ -17,6 +17,9 @@ import (
 // commonly registered service ports.
 const lowest = 10000
 
+// draw picks a candidate in [0, n); tests replace it.
+var draw = rand.IntN
+
 // Ports returns n distinct loopback ports that were free a moment ago.
 //
 // They are drawn from below the kernel's ephemeral range. A port the
@@ -26,33 +29,24 @@ const lowest = 10000
 // local end; the restart then fails with "address already in use". Outside
 // the range only another explicit bind can take the port.
 func Ports(n int) ([]int, error) {
-	lo, _, err := ephemeralRange()
+	lo, err := ephemeralStart()
 	if err != nil || lo-lowest < 1000 {
-		return kernelPorts(n)
+		lo = 0 // no room below the range, or no range known: the kernel chooses
 	}
 	ports := make([]int, 0, n)
-	var held []net.Listener
+	var held []net.Listener // until all n are chosen, so that they differ
 	defer func() {
 		for _, l := range held {
 			_ = l.Close()
 		}
 	}()
 	for range n {
-		found := false
-		for range 500 {
-			p := lowest + rand.IntN(lo-lowest)
-			l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				continue
-			}
-			held = append(held, l)
-			ports = append(ports, p)
-			found = true
-			break
+		l, err := listenBelow(lo)
+		if err != nil {
+			return nil, err
 		}
-		if !found {
-			return nil, fmt.Errorf("freeport: no free port in [%d, %d) after 500 tries", lowest, lo)
-		}
+		held = append(held, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
 }
@@ -66,35 +60,37 @@ func Port() (int, error) {
 	return ports[0], nil
 }
 
-// kernelPorts lets the kernel choose, where its range is unknown.
-func kernelPorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
+// listenBelow listens on a random free loopback port in [lowest, lo), or
+// on one the kernel chooses when lo is 0.
+func listenBelow(lo int) (net.Listener, error) {
+	listen := func(port int) (net.Listener, error) {
+		return new(net.ListenConfig).Listen(context.Background(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	}
+	if lo == 0 {
+		l, err := listen(0)
 		if err != nil {
 			return nil, fmt.Errorf("freeport: find a free port: %w", err)
 		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		return l, nil
 	}
-	return ports, nil
+	for range 500 {
+		if l, err := listen(lowest + draw(lo-lowest)); err == nil {
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("freeport: no free port in [%d, %d) after 500 tries", lowest, lo)
 }
 
-// ephemeralRange reads the range the kernel gives local ports from.
-func ephemeralRange() (lo, hi int, err error) {
+// ephemeralStart reads where the range the kernel gives local ports from
+// starts.
+func ephemeralStart() (int, error) {
 	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	f := strings.Fields(string(raw))
 	if len(f) != 2 {
-		return 0, 0, errors.New("freeport: ip_local_port_range: want two numbers")
+		return 0, errors.New("freeport: ip_local_port_range: want two numbers")
 	}
-	if lo, err = strconv.Atoi(f[0]); err != nil {
-		return 0, 0, err
-	}
-	if hi, err = strconv.Atoi(f[1]); err != nil {
-		return 0, 0, err
-	}
-	return lo, hi, nil
+	return strconv.Atoi(f[0])
 }

@@ -2,6 +2,7 @@ package freeport
 
 import (
 	"context"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"testing"
@@ -12,7 +13,7 @@ import (
 // The kernel hands out local ports only from its ephemeral range, so ports
 // for such servers must come from outside it.
 func TestPortsLieBelowTheEphemeralRange(t *testing.T) {
-	lo, _, err := ephemeralRange()
+	lo, err := ephemeralStart()
 	if err != nil {
 		t.Skipf("no ephemeral range to compare with: %v", err)
 	}
@@ -38,37 +39,33 @@ func TestPortsLieBelowTheEphemeralRange(t *testing.T) {
 	}
 }
 
+// A candidate another listener holds is passed over for the next one.
 func TestPortSkipsAPortInUse(t *testing.T) {
-	lo, _, err := ephemeralRange()
-	if err != nil {
-		t.Skipf("no ephemeral range: %v", err)
+	lo, err := ephemeralStart()
+	if err != nil || lo-lowest < 1000 {
+		t.Skipf("no room below the ephemeral range: %d, %v", lo, err)
 	}
-	// Hold every candidate but one; Port must find the one left.
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			_ = l.Close()
-		}
-	}()
-	first, err := Port()
+	held, err := Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(first))
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(held))
 	if err != nil {
 		t.Fatal(err)
 	}
-	held = append(held, l)
-	for range 50 {
-		p, err := Port()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p == first {
-			t.Fatalf("Port returned %d, which a listener holds", p)
-		}
-		if p >= lo {
-			t.Fatalf("Port returned %d, inside the ephemeral range from %d", p, lo)
-		}
+	defer l.Close()
+	// The first candidate drawn is the held port, the next the one after it.
+	drawn := 0
+	draw = func(n int) int {
+		drawn++
+		return (held - lowest + drawn - 1) % n
+	}
+	defer func() { draw = rand.IntN }()
+	p, err := Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p == held || drawn < 2 {
+		t.Fatalf("Port returned %d after %d draws; want the port after %d, which a listener holds", p, drawn, held)
 	}
 }
