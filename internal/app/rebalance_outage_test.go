@@ -30,6 +30,12 @@ func (h *harness) member(logw *syncbuf.Buffer) *harness {
 
 func (h *harness) paused() bool { return testutil.ToFloat64(h.app.Metrics.ConsumerPaused) == 1 }
 
+// holding reports whether the process has events of the main topic in
+// flight: while it is paused, events held for the outage.
+func (h *harness) holding() bool {
+	return testutil.ToFloat64(h.app.Metrics.InFlight.WithLabelValues(h.cfg.KafkaTopic)) > 0
+}
+
 // gaveWay counts the events a process's log says gave way to a rebalance
 // or shutdown while held for an outage.
 func gaveWay(log *syncbuf.Buffer) int {
@@ -98,9 +104,16 @@ func rebalanceDuringOutage(t *testing.T, dep order.Dependency, joining bool) {
 	} else {
 		// A and B both hold events; B leaves.
 		b := h.member(&logB)
-		poll.Until(t, "B in the group", 30*time.Second, func() bool { return strings.Contains(logB.String(), "partitions assigned") })
+		// In the main topic's group, not only a retry tier's: B joining it
+		// after the events are sent would make A's events give way before
+		// B leaves, and A might hold none when it does.
+		poll.Until(t, "B in the main topic's group", 30*time.Second, func() bool {
+			return strings.Contains(logB.String(), `"msg":"partitions assigned","tier":0,`)
+		})
 		h.send(msgs...)
-		poll.Until(t, "A and B paused, holding events", 20*time.Second, func() bool { return h.paused() && b.paused() })
+		poll.Until(t, "A and B paused, holding events", 20*time.Second, func() bool {
+			return h.paused() && b.paused() && h.holding() && b.holding()
+		})
 		before := gaveWay(&logA)
 		b.shutdown()
 		poll.Until(t, "A's held events to give way to the rebalance", 30*time.Second, func() bool { return gaveWay(&logA) > before })
