@@ -390,6 +390,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, r PartitionReader, ps *partSta
 // shutdown or a rebalance interrupts it. Waits that are not work
 // (x-not-before, outage backoff) end with dl.stop; work ends with work.
 func (c *Consumer) process(work context.Context, dl delivery) {
+	dl.msg.dated = new(time.Time) // the handler's note, for final's eventTime
 	msg := dl.msg
 	held := dl.held // the outages this event met: its next try is a probe of them
 	defer held.Leave()

@@ -95,6 +95,7 @@ func (h *OrderConfirmedHandler) handle(ctx context.Context, msg Record, span tra
 	if err != nil {
 		return "", err
 	}
+	msg.noteEventTime(evt.OccurredAt)
 	if span != nil {
 		span.SetAttributes(attribute.String("billing.event_id", evt.EventID.String()), attribute.String("billing.order_id", evt.OrderID))
 	}

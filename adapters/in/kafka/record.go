@@ -36,6 +36,18 @@ type Record struct {
 	// held is the share of the process's memory budget the record holds
 	// from its decoding until its outcome is final (MemoryBudget).
 	held charge
+	// dated, while a consumer handles the record, is where its handler
+	// notes when the event happened (noteEventTime), so that the delay SLI
+	// need not decode the value again (eventTime).
+	dated *time.Time
+}
+
+// noteEventTime records t, when the event the record carries happened as
+// its handler decoded it, for the consumer's delay SLI.
+func (r Record) noteEventTime(t time.Time) {
+	if r.dated != nil {
+		*r.dated = t
+	}
 }
 
 // charge is bytes of a memory budget that something holds.
