@@ -17,6 +17,17 @@ IMAGE ?= billing
 # Go module proxy and run it. An explicit GOTOOLCHAIN in the environment wins
 # (scripts/deps.sh refuses one that runs an older Go).
 export GOTOOLCHAIN ?= $(shell awk '$$1 == "toolchain" {print $$2}' go.mod)
+# Every build and test here but the -race ones (RACE) is built as the
+# binary ships (make build, the Dockerfile): without cgo, paths trimmed. One
+# configuration lets the go command build each package once for all of
+# them: bin/billing, e2e's and bench's tests of the root module's packages,
+# the released binaries the upgrade test builds, the per-stage benchmarks and
+# make lint's go vet share what the first of them compiled. Under two other
+# configurations they compiled most of the graph twice from an empty build
+# cache. -race needs cgo, and its build is its own whatever the flags.
+export CGO_ENABLED ?= 0
+export GOFLAGS += -trimpath
+RACE = CGO_ENABLED=1 $(GO) test -race
 # Short fuzzing of the event decoder, the gateway reply reader and the patched
 # kafka-go's read path inside `make test`: a count of inputs, not a duration,
 # because a time limit that expires while an input is being minimized fails
@@ -96,7 +107,7 @@ test-unit: ## the service's module with -short: every test that needs no Postgre
 # `go test -bench -benchmem -count 6`.
 STAGE_BENCH = Decode|Charge|ReadReply|Classify|Grouper
 test-service: ## the service's module: go vet, every package's tests with -race, a smoke run of the per-stage benchmarks, then a short fuzz of the event decoder and the gateway reply reader
-	BILLING_E2E=1 $(GO) test -race $(VETALL) -count=1 -timeout 30m ./...
+	BILLING_E2E=1 $(RACE) $(VETALL) -count=1 -timeout 30m ./...
 	$(GO) test -vet=off -run='^$$' -bench='$(STAGE_BENCH)' -benchtime=100x -benchmem ./core/order ./adapters/in/kafka/wire ./adapters/out/http ./infra/postgres
 	$(FUZZ_DECODE)$(FUZZTIME)
 	$(FUZZ_REPLY)$(FUZZTIME_REPLY)
@@ -136,7 +147,7 @@ test-bench: build ## go vet, the benchmark driver's own tests (its pgbench scrip
 	BILLING_E2E=1 BILLING_BIN=$(CURDIR)/$(BIN) $(GO) -C bench test $(VETALL) -count=1 -timeout 30m ./...
 
 test-kafka-go: ## the patched kafka-go's tests, upstream's tests of the files the patch touches, a short fuzz of its read path
-	cd third_party/kafka-go && $(GO) test -race $(VETALL) -count=1 -run 'BillingPatch' ./
+	cd third_party/kafka-go && $(RACE) $(VETALL) -count=1 -run 'BillingPatch' ./
 	GO="$(GO)" scripts/kafka-go-upstream-tests.sh
 	$(FUZZ_KAFKA)$(FUZZTIME_KAFKA)
 

@@ -174,7 +174,7 @@ skip=$(
 )
 
 cd "$dst"
-if ! "$GO" test -race -count=1 -v -run "^($run)$" -skip "^($skip)$" . >"$tmp/out" 2>&1; then
+if ! CGO_ENABLED=1 "$GO" test -race -count=1 -v -run "^($run)$" -skip "^($skip)$" . >"$tmp/out" 2>&1; then
 	cat "$tmp/out"
 	die "upstream's tests fail against the patched copy (above)"
 fi
