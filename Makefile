@@ -45,7 +45,7 @@ FUZZTIME_REPLY ?= 30000x
 FUZZTIME_KAFKA ?= 30000x
 # The three fuzz runs, each followed by its count of inputs.
 FUZZ_DECODE = $(GO) test -vet=off -run='^$$' -fuzz=FuzzDecode ./adapters/in/kafka/wire -fuzztime=
-FUZZ_REPLY = $(GO) test -vet=off -run='^$$' -fuzz=FuzzReadReply ./adapters/out/http -fuzztime=
+FUZZ_REPLY = $(GO) test -vet=off -run='^$$' -fuzz=FuzzReadReply ./adapters/out/http/reply -fuzztime=
 FUZZ_KAFKA = $(GO) -C third_party/kafka-go test -vet=off -run='^$$' -fuzz='^FuzzBillingPatchRead$$' -fuzzminimizetime=100x . -fuzztime=
 
 .PHONY: help
@@ -108,7 +108,7 @@ test-unit: ## the service's module with -short: every test that needs no Postgre
 STAGE_BENCH = Decode|Charge|ReadReply|Classify|Grouper
 test-service: ## the service's module: go vet, every package's tests with -race, a smoke run of the per-stage benchmarks, then a short fuzz of the event decoder and the gateway reply reader
 	BILLING_E2E=1 $(RACE) $(VETALL) -count=1 -timeout 30m ./...
-	$(GO) test -vet=off -run='^$$' -bench='$(STAGE_BENCH)' -benchtime=100x -benchmem ./core/order ./adapters/in/kafka/wire ./adapters/out/http ./infra/postgres
+	$(GO) test -vet=off -run='^$$' -bench='$(STAGE_BENCH)' -benchtime=100x -benchmem ./core/order ./adapters/in/kafka/wire ./adapters/out/http ./adapters/out/http/reply ./infra/postgres
 	$(FUZZ_DECODE)$(FUZZTIME)
 	$(FUZZ_REPLY)$(FUZZTIME_REPLY)
 

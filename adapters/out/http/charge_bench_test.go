@@ -1,7 +1,6 @@
 package httpgateway
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -52,20 +51,6 @@ func BenchmarkCharge(b *testing.B) {
 		res, err := c.Charge(ctx, req)
 		if err != nil || res.Status != order.ChargeSucceeded || res.ChargeID == "" {
 			b.Fatalf("Charge: %+v, %v", res, err)
-		}
-	}
-}
-
-// BenchmarkReadReply is the reading of a charge's reply body alone.
-func BenchmarkReadReply(b *testing.B) {
-	raw := []byte(chargedReply)
-	r := bytes.NewReader(raw)
-	b.ReportAllocs()
-	for b.Loop() {
-		r.Reset(raw)
-		body, err := readReply(r, MaxReplyBytes)
-		if err != nil || !body.succeeded() {
-			b.Fatalf("readReply: %+v, %v", body, err)
 		}
 	}
 }

@@ -28,9 +28,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/acme/billing/adapters/out/http/reply"
 	"github.com/acme/billing/core/order"
 	"github.com/acme/billing/internal/metrics"
 )
+
+// MaxReplyBytes is how much of a reply body is read (reply.MaxBytes: the
+// body is scanned as it arrives, so this bounds the time spent on a reply,
+// not the memory it takes).
+const MaxReplyBytes = reply.MaxBytes
 
 // MaxReplyHeaderBytes bounds the header section of a reply (the
 // transport's MaxResponseHeaderBytes; net/http's default is 10 MiB, read
@@ -276,9 +282,9 @@ func (c *Client) Charge(ctx context.Context, req order.ChargeRequest) (order.Cha
 	err = c.Do(ctx, Request{Op: op, Method: http.MethodPost, URL: c.endpoint, Shown: c.redacted, Route: "/charges",
 		Header: hdr, Body: payload, Key: key, OrderID: req.OrderID},
 		func(resp *http.Response, raw io.Reader) (Verdict, error) {
-			body, err := readReply(raw, MaxReplyBytes)
-			if err != nil && !errors.As(err, new(*unreadableError)) &&
-				((resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated) || !body.succeeded()) {
+			body, err := reply.Read(raw, MaxReplyBytes)
+			if err != nil && !errors.As(err, new(*reply.UnreadableError)) &&
+				((resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated) || !body.Succeeded()) {
 				// The body broke off before it said the money moved.
 				return VerdictHealthy, Cut(err)
 			}
@@ -320,27 +326,27 @@ func answeredUnexecuted(status int) bool {
 }
 
 // reply maps a reply whose body was read into body; bodyErr is what kept it
-// from being read whole (an *unreadableError, or a connection that broke
+// from being read whole (a *reply.UnreadableError, or a connection that broke
 // after a 200/201 said "succeeded").
-func (c *Client) reply(resp *http.Response, body replyBody, bodyErr error) (order.ChargeResult, Verdict, error) {
+func (c *Client) reply(resp *http.Response, body reply.Body, bodyErr error) (order.ChargeResult, Verdict, error) {
 	status := resp.StatusCode
 	replayed := strings.EqualFold(resp.Header.Get(HeaderReplayed), "true")
 	answer := &order.GatewayReplyError{StatusCode: status}
-	if body.errCode.kind == memberString && !c.scrub.holds(body.errCode.value) {
+	if body.ErrCode.Kind == reply.String && !c.scrub.holds(body.ErrCode.Value) {
 		// A token can still be an echo of the credentials (their base64 in
 		// the URL alphabet is one): such a code is not repeated.
-		answer.Code = order.GatewayCode(body.errCode.value)
+		answer.Code = order.GatewayCode(body.ErrCode.Value)
 	}
 
 	switch {
 	case status == http.StatusOK || status == http.StatusCreated:
-		if body.succeeded() {
+		if body.Succeeded() {
 			// "succeeded" is the proof; nothing else in the reply undoes it.
-			var unreadable *unreadableError
+			var unreadable *reply.UnreadableError
 			if errors.As(bodyErr, &unreadable) {
 				c.Count(ProtocolReplyUnreadable)
 			}
-			return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: c.chargeID(body.chargeID, true), Replayed: replayed}, VerdictHealthy, nil
+			return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: c.chargeID(body.ChargeID, true), Replayed: replayed}, VerdictHealthy, nil
 		}
 		if bodyErr != nil {
 			c.Count(ProtocolReplyUnreadable)
@@ -358,7 +364,7 @@ func (c *Client) reply(resp *http.Response, body replyBody, bodyErr error) (orde
 		}
 		// The provider already processed this key. Which charge it made is
 		// not said unless the body names it.
-		return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: c.chargeID(body.chargeID, false), Replayed: true}, VerdictHealthy, nil
+		return order.ChargeResult{Status: order.ChargeSucceeded, ChargeID: c.chargeID(body.ChargeID, false), Replayed: true}, VerdictHealthy, nil
 
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		// The service's own credentials, not this event: every event would
@@ -407,22 +413,22 @@ func (c *Client) transient(resp *http.Response, answer *order.GatewayReplyError,
 // (order.ValidChargeID), and "" otherwise, counting the protocol error;
 // an absent one is an error only when required (a 200/201: a 409 may not
 // say which charge it made).
-func (c *Client) chargeID(m member, required bool) string {
+func (c *Client) chargeID(m reply.Member, required bool) string {
 	switch {
-	case m.kind == memberAbsent || (m.kind == memberString && m.value == ""):
+	case m.Kind == reply.Absent || (m.Kind == reply.String && m.Value == ""):
 		if required {
 			c.Count(ProtocolChargeIDMissing)
 		}
-	case m.kind == memberTooLong || (m.kind == memberString && len(m.value) > order.MaxChargeIDBytes):
+	case m.Kind == reply.TooLong || (m.Kind == reply.String && len(m.Value) > order.MaxChargeIDBytes):
 		c.Count(ProtocolChargeIDTooLong)
-	case m.kind == memberNotString:
+	case m.Kind == reply.NotString:
 		c.Count(ProtocolChargeIDNotString)
-	case m.kind == memberBadString || !order.ValidChargeID(m.value):
+	case m.Kind == reply.BadString || !order.ValidChargeID(m.Value):
 		c.Count(ProtocolChargeIDNotPrintable)
-	case c.scrub.holds(m.value):
+	case c.scrub.holds(m.Value):
 		c.Count(ProtocolChargeIDCredentials)
 	default:
-		return m.value
+		return m.Value
 	}
 	return ""
 }

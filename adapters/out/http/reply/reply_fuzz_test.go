@@ -1,4 +1,4 @@
-package httpgateway
+package reply
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// FuzzReadReply: readReply never panics, and on every JSON object it reads
+// FuzzReadReply: Read never panics, and on every JSON object it reads
 // what encoding/json reads: the same status, charge_id and error members
 // (the last of a name given twice), strings as encoding/json decodes them.
 func FuzzReadReply(f *testing.F) {
@@ -31,36 +31,36 @@ func FuzzReadReply(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := readReply(bytes.NewReader(b), int64(len(b))+1)
+		got, err := Read(bytes.NewReader(b), int64(len(b))+1)
 		var obj map[string]json.RawMessage
 		if !json.Valid(b) || json.Unmarshal(b, &obj) != nil || obj == nil {
-			return // not a JSON object: readReply may fail or read leniently
+			return // not a JSON object: Read may fail or read leniently
 		}
 		if err != nil {
-			t.Fatalf("readReply(%q): %v, want the object read", b, err)
+			t.Fatalf("Read(%q): %v, want the object read", b, err)
 		}
-		for name, m := range map[string]member{"status": got.status, "charge_id": got.chargeID, "error": got.errCode} {
+		for name, m := range map[string]Member{"status": got.Status, "charge_id": got.ChargeID, "error": got.ErrCode} {
 			if want := memberOf(obj[name]); m != want {
-				t.Errorf("readReply(%q): %s = %+v, want %+v", b, name, m, want)
+				t.Errorf("Read(%q): %s = %+v, want %+v", b, name, m, want)
 			}
 		}
 	})
 }
 
-// memberOf is what readReply should make of raw, as encoding/json reads it.
-func memberOf(raw json.RawMessage) member {
+// memberOf is what Read should make of raw, as encoding/json reads it.
+func memberOf(raw json.RawMessage) Member {
 	raw = bytes.TrimSpace(raw)
 	switch {
 	case raw == nil, string(raw) == "null":
-		return member{kind: memberAbsent}
+		return Member{Kind: Absent}
 	case raw[0] != '"':
-		return member{kind: memberNotString}
+		return Member{Kind: NotString}
 	case len(raw) > maxMemberBytes:
-		return member{kind: memberTooLong}
+		return Member{Kind: TooLong}
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
-		return member{kind: memberBadString}
+		return Member{Kind: BadString}
 	}
-	return member{kind: memberString, value: s}
+	return Member{Kind: String, Value: s}
 }

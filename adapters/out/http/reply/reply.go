@@ -1,4 +1,9 @@
-package httpgateway
+// Package reply reads a payment gateway's reply body: the members status,
+// charge_id and error of a JSON object, scanned as the body arrives, up to
+// a bound, keeping nothing else. It is its own package, importing nothing of
+// the service, so that its fuzzing (FuzzReadReply, in make test) builds and
+// instruments this reader alone rather than the HTTP client's whole graph.
+package reply
 
 import (
 	"bufio"
@@ -10,74 +15,74 @@ import (
 	"unicode/utf8"
 )
 
-// MaxReplyBytes is how much of a reply body is read. A charge reply is a
+// MaxBytes is how much of a reply body is read. A charge reply is a
 // few dozen bytes; the body is scanned as it arrives, keeping only the
-// members the Client reads (replyBody), so this bounds the time spent on a
+// members the gateway client reads (Body), so this bounds the time spent on a
 // reply, not the memory it takes. A body that runs past it is unreadable,
-// unless it already said "succeeded" (Client.reply).
-const MaxReplyBytes = 1 << 20
+// unless it already said "succeeded" (the client's Client.reply).
+const MaxBytes = 1 << 20
 
 // maxMemberBytes bounds a member's value as written (escapes included) that
-// the Client keeps. Any value it reads whole is shorter once decoded: a
+// Read keeps. Any value it reads whole is shorter once decoded: a
 // charge id (order.MaxChargeIDBytes) takes at most 6 bytes a character
 // written as \u00XX, so a longer one is too long whatever it holds.
 const maxMemberBytes = 2048
 
 // maxKeyBytes bounds a member name as written: longer names are none of
-// those the Client reads.
+// those Read keeps.
 const maxKeyBytes = 64
 
-// memberKind is what a top-level member of a reply body held.
-type memberKind int
+// Kind is what a top-level member of a reply body held.
+type Kind int
 
 const (
-	memberAbsent    memberKind = iota // not in the body (or null)
-	memberString                      // a JSON string of at most maxMemberBytes as written
-	memberTooLong                     // a JSON string longer than that
-	memberBadString                   // a JSON string that does not decode (a raw control character, a bad escape)
-	memberNotString                   // a number, an object, an array, a boolean
+	Absent    Kind = iota // not in the body (or null)
+	String                // a JSON string of at most maxMemberBytes as written
+	TooLong               // a JSON string longer than that
+	BadString             // a JSON string that does not decode (a raw control character, a bad escape)
+	NotString             // a number, an object, an array, a boolean
 )
 
-// member is one top-level member of a reply body.
-type member struct {
-	kind  memberKind
-	value string // memberString: the decoded string (invalid UTF-8 as U+FFFD, as encoding/json does)
+// Member is one top-level member of a reply body.
+type Member struct {
+	Kind  Kind
+	Value string // String: the decoded string (invalid UTF-8 as U+FFFD, as encoding/json does)
 }
 
-// replyBody is what the Client reads of a reply: the top-level members
+// Body is what the gateway client reads of a reply: the top-level members
 // status, charge_id and error of a JSON object, with the exact names (JSON
 // names are case-sensitive). The rest of the body is read and dropped.
-type replyBody struct {
-	status, chargeID, errCode member
+type Body struct {
+	Status, ChargeID, ErrCode Member
 }
 
-// succeeded reports whether the body said "status":"succeeded".
-func (b replyBody) succeeded() bool {
-	return b.status.kind == memberString && b.status.value == "succeeded"
+// Succeeded reports whether the body said "status":"succeeded".
+func (b Body) Succeeded() bool {
+	return b.Status.Kind == String && b.Status.Value == "succeeded"
 }
 
-// unreadableError says a reply body is not a JSON object, or runs past
-// MaxReplyBytes: a fault of the gateway's reply, not of the connection.
-type unreadableError struct{ what string }
+// UnreadableError says a reply body is not a JSON object, or runs past
+// MaxBytes: a fault of the gateway's reply, not of the connection.
+type UnreadableError struct{ what string }
 
-func (e *unreadableError) Error() string { return "reply body " + e.what }
+func (e *UnreadableError) Error() string { return "reply body " + e.what }
 
 var (
-	errNotObject = &unreadableError{"is not a JSON object"}
-	errTooLarge  = &unreadableError{fmt.Sprintf("runs past %d bytes", MaxReplyBytes)}
+	errNotObject = &UnreadableError{"is not a JSON object"}
+	errTooLarge  = &UnreadableError{fmt.Sprintf("runs past %d bytes", MaxBytes)}
 )
 
-// readReply reads a reply body of at most limit bytes. It returns the
+// Read reads a reply body of at most limit bytes. It returns the
 // members read, also when it fails: those complete before the failure. The
-// error is an *unreadableError when the body is not a JSON object (trailing
+// error is an *UnreadableError when the body is not a JSON object (trailing
 // bytes other than white space included) or runs past limit, and the
 // reader's error when the body could not be read to its end (a connection
 // closed mid-reply).
-func readReply(r io.Reader, limit int64) (replyBody, error) {
+func Read(r io.Reader, limit int64) (Body, error) {
 	br := replyReaders.Get().(*bufio.Reader)
 	br.Reset(r)
 	s := &scanner{r: br, left: limit}
-	var b replyBody
+	var b Body
 	err := s.object(&b)
 	if err == nil {
 		err = s.end()
@@ -87,9 +92,9 @@ func readReply(r io.Reader, limit int64) (replyBody, error) {
 	return b, err
 }
 
-// replyReaders are the buffers readReply reads a body through, reused: one
+// replyReaders are the buffers Read reads a body through, reused: one
 // per reply was the largest allocation of a charge (the 4 KiB buffer;
-// make bench's allocation profile). Nothing readReply returns points into
+// make bench's allocation profile). Nothing Read returns points into
 // the buffer: the members it keeps are strings of their own.
 var replyReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
 
@@ -101,7 +106,7 @@ type scanner struct {
 }
 
 // errEOF is a body that ended before its JSON text did.
-var errEOF = &unreadableError{"ends before its JSON text does"}
+var errEOF = &UnreadableError{"ends before its JSON text does"}
 
 // next returns the next byte.
 func (s *scanner) next() (byte, error) {
@@ -142,7 +147,7 @@ func (s *scanner) end() error {
 }
 
 // object reads a top-level object into b.
-func (s *scanner) object(b *replyBody) error {
+func (s *scanner) object(b *Body) error {
 	c, err := s.nonSpace()
 	if err != nil {
 		return err
@@ -161,16 +166,16 @@ func (s *scanner) object(b *replyBody) error {
 		if err != nil {
 			return err
 		}
-		var target *member
+		var target *Member
 		if !over {
 			if key, ok := unquoteKey(raw); ok {
 				switch string(key) {
 				case "status":
-					target = &b.status
+					target = &b.Status
 				case "charge_id":
-					target = &b.chargeID
+					target = &b.ChargeID
 				case "error":
-					target = &b.errCode
+					target = &b.ErrCode
 				}
 			}
 		}
@@ -207,35 +212,35 @@ func (s *scanner) object(b *replyBody) error {
 }
 
 // value reads the value that starts with c; keep says whether its member
-// is one the Client reads.
-func (s *scanner) value(c byte, keep bool) (member, error) {
+// is one Read keeps.
+func (s *scanner) value(c byte, keep bool) (Member, error) {
 	switch c {
 	case '"':
 		raw, over, err := s.str(maxMemberBytes)
 		switch {
 		case err != nil:
-			return member{}, err
+			return Member{}, err
 		case !keep:
-			return member{}, nil
+			return Member{}, nil
 		case over:
-			return member{kind: memberTooLong}, nil
+			return Member{Kind: TooLong}, nil
 		}
 		v, ok := unquote(raw)
 		if !ok {
-			return member{kind: memberBadString}, nil
+			return Member{Kind: BadString}, nil
 		}
-		return member{kind: memberString, value: v}, nil
+		return Member{Kind: String, Value: v}, nil
 	case '{', '[':
-		return member{kind: memberNotString}, s.skipNested()
+		return Member{Kind: NotString}, s.skipNested()
 	}
 	lit, err := s.literal(c)
 	if err != nil {
-		return member{}, err
+		return Member{}, err
 	}
 	if lit == "null" {
-		return member{kind: memberAbsent}, nil
+		return Member{Kind: Absent}, nil
 	}
-	return member{kind: memberNotString}, nil
+	return Member{Kind: NotString}, nil
 }
 
 // unquote decodes raw, a JSON string with its quotes that str read, as
@@ -309,7 +314,7 @@ func (s *scanner) str(limit int) (raw []byte, over bool, err error) {
 
 // skipNested skips an object or an array whose opening bracket was read.
 // It does not check what is inside beyond strings and brackets: the
-// Client reads nothing nested.
+// gateway client reads nothing nested.
 func (s *scanner) skipNested() error {
 	for depth := 1; depth > 0; {
 		c, err := s.next()
