@@ -170,10 +170,15 @@ fuzz: ## ten times make test's fuzzing of the event decoder, the gateway reply r
 # VULNDB is bumped (`go list -m golang.org/x/vulndb@latest` names the newest).
 # Its data/osv holds one OSV file per vulnerability, a directory govulncheck
 # reads as a database, indexing it itself. Fails (exit 3) on a vulnerability
-# the code reaches.
-GOVULNCHECK ?= $(GO) run golang.org/x/vuln/cmd/govulncheck@v1.9.0
+# the code reaches. govulncheck itself is built once by scripts/deps.sh (check
+# govulncheck) into the cache directory beside golangci-lint's, so that an
+# empty build cache does not mean compiling it again; GOVULNCHECK_VERSION must
+# match deps.sh's.
+GOVULNCHECK_VERSION = v1.9.0
+GOVULNCHECK ?= $(or $(BILLING_CACHE_DIR),/var/cache/billing)/govulncheck-$(GOVULNCHECK_VERSION)/govulncheck
 VULNDB ?= v0.0.0-20261105234957-e22db6528018
 vulncheck: ## govulncheck ./... against the pinned vulnerability database (VULNDB); fails on reachable vulnerabilities
+	$(if $(filter file,$(origin GOVULNCHECK)),@scripts/deps.sh govulncheck)
 	$(GO) mod download golang.org/x/vulndb@$(VULNDB)
 	$(GOVULNCHECK) -db "file://$$($(GO) env GOMODCACHE)/golang.org/x/vulndb@$(VULNDB)/data/osv" ./...
 

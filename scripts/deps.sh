@@ -31,21 +31,24 @@
 #                   `go install` into $BILLING_CACHE_DIR/golangci-lint-VERSION,
 #                   outside the build cache, so that an emptied GOCACHE does
 #                   not mean building it again
+#   govulncheck     govulncheck at GOVULNCHECK_VERSION for `make vulncheck`,
+#                   built the same way and for the same reason (`go run` built
+#                   it into the build cache, again from every empty one)
 #
 #   scripts/deps.sh                 everything
-#   scripts/deps.sh postgres java   only those (go, make, postgres, pgbouncer, java, kafka, prometheus, stripemock, squawk, golangcilint)
+#   scripts/deps.sh postgres java   only those (go, make, postgres, pgbouncer, java, kafka, prometheus, stripemock, squawk, golangcilint, govulncheck)
 #
 # Installing needs root (CI runs as root). Prints one line per thing checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 checks=("$@")
-[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres pgbouncer java kafka prometheus stripemock squawk golangcilint)
+[[ ${#checks[@]} -gt 0 ]] || checks=(go make postgres pgbouncer java kafka prometheus stripemock squawk golangcilint govulncheck)
 for c in "${checks[@]}"; do
 	case $c in
-	go | make | postgres | pgbouncer | java | kafka | prometheus | stripemock | squawk | golangcilint) ;;
+	go | make | postgres | pgbouncer | java | kafka | prometheus | stripemock | squawk | golangcilint | govulncheck) ;;
 	*)
-		echo "deps: unknown check $c (go, make, postgres, pgbouncer, java, kafka, prometheus, stripemock, squawk, golangcilint)" >&2
+		echo "deps: unknown check $c (go, make, postgres, pgbouncer, java, kafka, prometheus, stripemock, squawk, golangcilint, govulncheck)" >&2
 		exit 2
 		;;
 	esac
@@ -226,6 +229,17 @@ check_golangcilint() {
 	echo "golangcilint: $bin ($GOLANGCI_LINT_VERSION)"
 }
 
-for c in go make postgres pgbouncer java kafka prometheus stripemock squawk golangcilint; do
+# GOVULNCHECK_VERSION must match the Makefile's.
+GOVULNCHECK_VERSION=v1.9.0
+
+check_govulncheck() {
+	local bin
+	want go || check_go >/dev/null # go install needs go.mod's toolchain
+	bin=$(go_install_cached "golang.org/x/vuln/cmd/govulncheck@$GOVULNCHECK_VERSION" \
+		"${BILLING_CACHE_DIR:-/var/cache/billing}/govulncheck-$GOVULNCHECK_VERSION")
+	echo "govulncheck: $bin ($GOVULNCHECK_VERSION)"
+}
+
+for c in go make postgres pgbouncer java kafka prometheus stripemock squawk golangcilint govulncheck; do
 	if want "$c"; then "check_$c"; fi
 done
