@@ -74,7 +74,7 @@ type Option func(*options)
 
 type options struct {
 	idle     int
-	hc       *http.Client
+	rt       http.RoundTripper // the transport under the Caller's own (tests only: WithHTTPClient)
 	requests *prometheus.CounterVec
 	duration prometheus.Histogram
 	log      *slog.Logger

@@ -673,16 +673,25 @@ func TestNewClient(t *testing.T) {
 
 func TestWithHTTPClientIsNotModified(t *testing.T) {
 	t.Parallel()
-	hc := &http.Client{Timeout: 3 * time.Second}
+	var sent atomic.Int32
+	hc := &http.Client{Timeout: 3 * time.Second, Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent.Add(1)
+		return &http.Response{StatusCode: http.StatusFound, Header: http.Header{"Location": {"/elsewhere"}}, Request: r}, nil
+	})}
 	c, err := NewClient("http://gw.local", time.Second, WithHTTPClient(hc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hc.CheckRedirect != nil {
+	if hc.CheckRedirect != nil || hc.Timeout != 3*time.Second {
 		t.Error("NewClient changed the caller's http.Client")
 	}
-	if c.hc.CheckRedirect == nil || c.hc.Timeout != hc.Timeout {
-		t.Errorf("client copy: CheckRedirect set %v, Timeout %v; want set and %v", c.hc.CheckRedirect != nil, c.hc.Timeout, hc.Timeout)
+	// The transport's reply, a redirect with no body, is the reply: it is
+	// not followed, and its missing body reads as empty.
+	if _, err := c.Charge(t.Context(), chargeReq(t, "ord-1", "cus-1")); err == nil {
+		t.Error("Charge() = nil error for a 302")
+	}
+	if n := sent.Load(); n != 1 {
+		t.Errorf("the transport carried %d requests, want 1", n)
 	}
 }
 

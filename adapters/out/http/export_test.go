@@ -9,14 +9,19 @@ import (
 // Options and methods only the tests use: the service builds its Client
 // with its own transport and the default breaker.
 
-// WithHTTPClient makes the Client send through hc instead of a client of its
-// own (WithIdleConns and WithTLSConfig then have no effect, and the bound
-// on reply headers is hc's transport's MaxResponseHeaderBytes: set it to
-// MaxReplyHeaderBytes). The Client uses a copy of hc that does not follow
-// redirects: a redirected POST may become a GET, and a charge must never be
-// re-sent anywhere but the configured endpoint.
+// WithHTTPClient makes the Client send through hc's Transport
+// (http.DefaultTransport when nil) instead of a transport of its own
+// (WithIdleConns and WithTLSConfig then have no effect, and the bound on
+// reply headers is that transport's MaxResponseHeaderBytes: set it to
+// MaxReplyHeaderBytes). Nothing else of hc is used or changed: the Client
+// sends without an http.Client (Caller.roundTrip) and follows no redirect.
 func WithHTTPClient(hc *http.Client) Option {
-	return func(o *options) { o.hc = hc }
+	return func(o *options) {
+		o.rt = hc.Transport
+		if o.rt == nil {
+			o.rt = http.DefaultTransport
+		}
+	}
 }
 
 // WithBreaker sets the circuit breaker's thresholds; zero fields keep their

@@ -230,9 +230,13 @@ type ownWordsTransport struct {
 func (t ownWordsTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err == nil {
+		body := resp.Body
+		if body == nil { // a transport's empty reply, as http.Client reads it
+			body = http.NoBody
+		}
 		// A body that breaks off is worded here too: otelhttp records the
 		// body's read error in the span.
-		resp.Body = ownWordsBody{ReadCloser: resp.Body, s: t.s}
+		resp.Body = ownWordsBody{ReadCloser: body, s: t.s}
 		return resp, nil
 	}
 	if msg := err.Error(); strings.Contains(msg, h1HeadersTooLarge) || strings.Contains(msg, h2HeadersTooLarge) {
