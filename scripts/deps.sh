@@ -210,35 +210,27 @@ go_install_cached() {
 	echo "$bin"
 }
 
-check_stripemock() {
-	local bin
+# check_go_tool CHECK PKG VERSION: the Go program PKG at VERSION, built once
+# into the cache directory (go_install_cached) under PKG's last element and
+# VERSION, outside the repository and the build cache.
+check_go_tool() {
+	local check=$1 pkg=$2 version=$3 bin
 	want go || check_go >/dev/null # go install needs go.mod's toolchain
-	bin=$(go_install_cached "github.com/stripe/stripe-mock@$STRIPE_MOCK_VERSION" \
-		"${BILLING_CACHE_DIR:-/var/cache/billing}/stripe-mock-$STRIPE_MOCK_VERSION")
-	echo "stripemock: $bin ($STRIPE_MOCK_VERSION)"
+	bin=$(go_install_cached "$pkg@$version" "${BILLING_CACHE_DIR:-/var/cache/billing}/${pkg##*/}-$version")
+	echo "$check: $bin ($version)"
 }
+
+check_stripemock() { check_go_tool stripemock github.com/stripe/stripe-mock "$STRIPE_MOCK_VERSION"; }
 
 # GOLANGCI_LINT_VERSION must match the Makefile's.
 GOLANGCI_LINT_VERSION=v2.15.0
-
 check_golangcilint() {
-	local bin
-	want go || check_go >/dev/null # go install needs go.mod's toolchain
-	bin=$(go_install_cached "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION" \
-		"${BILLING_CACHE_DIR:-/var/cache/billing}/golangci-lint-$GOLANGCI_LINT_VERSION")
-	echo "golangcilint: $bin ($GOLANGCI_LINT_VERSION)"
+	check_go_tool golangcilint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$GOLANGCI_LINT_VERSION"
 }
 
 # GOVULNCHECK_VERSION must match the Makefile's.
 GOVULNCHECK_VERSION=v1.9.0
-
-check_govulncheck() {
-	local bin
-	want go || check_go >/dev/null # go install needs go.mod's toolchain
-	bin=$(go_install_cached "golang.org/x/vuln/cmd/govulncheck@$GOVULNCHECK_VERSION" \
-		"${BILLING_CACHE_DIR:-/var/cache/billing}/govulncheck-$GOVULNCHECK_VERSION")
-	echo "govulncheck: $bin ($GOVULNCHECK_VERSION)"
-}
+check_govulncheck() { check_go_tool govulncheck golang.org/x/vuln/cmd/govulncheck "$GOVULNCHECK_VERSION"; }
 
 for c in go make postgres pgbouncer java kafka prometheus stripemock squawk golangcilint govulncheck; do
 	if want "$c"; then "check_$c"; fi
