@@ -97,6 +97,15 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 		o.groups = defaultGroups(int(pool.Config().MaxConns))
 	}
 	s := &Store{pool: pool, publish: o.publish}
+	// The connections groups go on encode the groups' arrays themselves
+	// (arrays.go).
+	acquire := func(ctx context.Context) (*pgxpool.Conn, error) {
+		conn, err := pool.Acquire(ctx)
+		if err == nil {
+			installFastArrays(conn.Conn().TypeMap())
+		}
+		return conn, err
+	}
 	observe := func(op string) func(int) {
 		if o.observe == nil {
 			return nil
@@ -104,7 +113,7 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 		return func(n int) { o.observe(op, n) }
 	}
 	s.reserves = &grouper[reserveReq, order.Reservation]{
-		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.reserveGroup, observe: observe("reserve"),
+		limit: o.groups, max: o.maxGroup, acquire: acquire, run: s.reserveGroup, observe: observe("reserve"),
 		// The order and the event id: one of each per statement; and one
 		// consumer group and one set of attempt terms, which the statement
 		// takes once.
@@ -112,7 +121,7 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 		joins: func(first, r reserveReq) bool { return first.group == r.group && first.terms == r.terms },
 	}
 	s.settles = &grouper[settleReq, bool]{
-		limit: o.groups, max: o.maxGroup, acquire: pool.Acquire, run: s.settleGroup, observe: observe("settle"),
+		limit: o.groups, max: o.maxGroup, acquire: acquire, run: s.settleGroup, observe: observe("settle"),
 		key: func(r settleReq) []string { return []string{r.OrderID} },
 	}
 	return s
