@@ -21,8 +21,8 @@ export GOTOOLCHAIN ?= $(shell awk '$$1 == "toolchain" {print $$2}' go.mod)
 # binary ships (make build, the Dockerfile): without cgo, paths trimmed. One
 # configuration lets the go command build each package once for all of
 # them: bin/billing, e2e's and bench's tests of the root module's packages,
-# the released binaries the upgrade test builds, the per-stage benchmarks and
-# make lint's go vet share what the first of them compiled. Under two other
+# the released binaries the upgrade test builds and the per-stage benchmarks
+# share what the first of them compiled. Under two other
 # configurations they compiled most of the graph twice from an empty build
 # cache. -race needs cgo, and its build is its own whatever the flags.
 export CGO_ENABLED ?= 0
