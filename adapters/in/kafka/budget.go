@@ -104,10 +104,14 @@ func (b *MemoryBudget) Held() (all, records int64) {
 func (b *MemoryBudget) Max() int64 { return b.max }
 
 // waits is what a budget's waiters share: a lock over the budget's counts,
-// and a channel closed (and replaced) whenever they change.
+// and a channel closed (and replaced) when they change while someone waits.
 type waits struct {
 	mu    sync.Mutex
 	freed chan struct{}
+	// watched: a waiter took freed since it was last replaced. Without
+	// one, a change has nobody to wake, and keeps the channel: every event
+	// releases its bytes, and waiting (a full budget) is the exception.
+	watched bool
 }
 
 func newWaits() waits { return waits{freed: make(chan struct{})} }
@@ -122,6 +126,7 @@ func (w *waits) wait(ctx context.Context, take func() bool) error {
 			return nil
 		}
 		ch := w.freed
+		w.watched = true
 		w.mu.Unlock()
 		select {
 		case <-ch:
@@ -136,8 +141,11 @@ func (w *waits) changed(f func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f()
-	close(w.freed)
-	w.freed = make(chan struct{})
+	if w.watched {
+		close(w.freed)
+		w.freed = make(chan struct{})
+		w.watched = false
+	}
 }
 
 // byteBudget bounds one consumer's share of the process's budget: the

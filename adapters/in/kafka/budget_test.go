@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -142,4 +143,57 @@ func TestRecordBytesCountsWhatARecordHolds(t *testing.T) {
 			runtime.KeepAlive(rec)
 		})
 	}
+}
+
+// A release that nobody waits for allocates nothing: every event releases
+// its bytes, and a budget's waiters are the exception (a full budget).
+func TestReleaseWithoutWaitersAllocatesNothing(t *testing.T) {
+	b := newByteBudget(1 << 20)
+	m := NewMemoryBudget(1<<20, nil)
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(100, func() {
+		if !b.acquire(ctx, 10) || m.AcquireRecord(ctx, 10) != nil {
+			t.Fatal("a record that fits was refused")
+		}
+		b.release(10)
+		m.ReleaseRecord(10)
+	})
+	if allocs != 0 {
+		t.Errorf("an acquire and release without waiters: %v allocations, want 0", allocs)
+	}
+}
+
+// A record that waits for room is woken by the release that makes it, and
+// by every release until it fits; one whose context ends leaves, and the
+// releases after it still wake the others.
+func TestBudgetWakesItsWaiters(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newByteBudget(10)
+		ctx := context.Background()
+		if !b.acquire(ctx, 10) {
+			t.Fatal("a record that fits was refused")
+		}
+		gone, leave := context.WithCancel(ctx)
+		left := make(chan bool)
+		go func() { left <- b.acquire(gone, 10) }()
+		got := make(chan bool)
+		go func() { got <- b.acquire(ctx, 6) }()
+		synctest.Wait() // both wait
+		leave()
+		if <-left {
+			t.Fatal("a waiter whose context ended was admitted")
+		}
+		b.release(3) // 7 held: still no room for 6
+		synctest.Wait()
+		select {
+		case <-got:
+			t.Fatal("a waiter was admitted without room")
+		default:
+		}
+		b.release(3) // 4 held
+		if !<-got {
+			t.Fatal("the waiter was not admitted once there was room")
+		}
+	})
 }
