@@ -59,79 +59,62 @@ func installFastArrays(m *pgtype.Map) {
 	}
 }
 
-// appendArrayHeader appends the header of a one-dimensional array of n
-// elements of type elem, lower bound 1, without NULLs (setNull marks one).
-// Lengths are written as pgx writes them, without a check: a group's arrays
-// hold at most the store's group size of values, each from an event of at
-// most order.MaxEventBytes.
-func appendArrayHeader(buf []byte, elem uint32, n int) []byte {
+// appendArray appends a as a one-dimensional array of elem in Postgres's
+// binary format, lower bound 1: the header, then each element as its
+// length and the bytes appendElem appends for it (false: the element is
+// NULL, and the header says the array holds one). A nil a is NULL: pgx's
+// Map.Encode sends a nil slice as NULL before it asks any plan, so only a
+// caller of a plan itself meets that case. Lengths are written as pgx
+// writes them, without a check: a group's arrays hold at most the store's
+// group size of values, each from an event of at most order.MaxEventBytes.
+func appendArray[T any](buf []byte, a []T, elem uint32, appendElem func([]byte, T) ([]byte, bool)) []byte {
+	if a == nil {
+		return nil
+	}
+	start := len(buf)
 	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions
-	buf = binary.BigEndian.AppendUint32(buf, 0) // has NULLs
+	buf = binary.BigEndian.AppendUint32(buf, 0) // holds a NULL: set below
 	buf = binary.BigEndian.AppendUint32(buf, elem)
-	//nolint:gosec // G115: n is a group's size, far below 2^31 (see above)
-	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
-	return binary.BigEndian.AppendUint32(buf, 1) // lower bound
+	//nolint:gosec // G115: a group's size, far below 2^31 (see above)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(a)))
+	buf = binary.BigEndian.AppendUint32(buf, 1) // lower bound
+	for _, v := range a {
+		at := len(buf)
+		buf = binary.BigEndian.AppendUint32(buf, 0) // the length: set below
+		var valid bool
+		if buf, valid = appendElem(buf, v); !valid {
+			buf = buf[:at+4] // what appendElem wrote is no value
+			binary.BigEndian.PutUint32(buf[start+4:], 1)
+			binary.BigEndian.PutUint32(buf[at:], math.MaxUint32) // -1 as an int32
+			continue
+		}
+		//nolint:gosec // G115: one value of an event, far below 2^31 bytes (see above)
+		binary.BigEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
+	}
+	return buf
 }
-
-// setNull marks the array whose header starts at start as holding a NULL.
-func setNull(buf []byte, start int) {
-	binary.BigEndian.PutUint32(buf[start+4:], 1)
-}
-
-// nullElement is an element's length for NULL.
-const nullElement = math.MaxUint32 // -1 as an int32
 
 type textArrayPlan struct{}
 
 func (textArrayPlan) Encode(value any, buf []byte) ([]byte, error) {
-	a := value.([]string)
-	if a == nil {
-		// NULL. pgx's Map.Encode sends a nil slice as NULL before it asks
-		// any plan; this is for a caller of the plan itself.
-		return nil, nil
-	}
-	buf = appendArrayHeader(buf, pgtype.TextOID, len(a))
-	for _, s := range a {
-		//nolint:gosec // G115: a value of an event, far below 2^31 bytes (appendArrayHeader)
-		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
-		buf = append(buf, s...)
-	}
-	return buf, nil
+	return appendArray(buf, value.([]string), pgtype.TextOID, func(buf []byte, s string) ([]byte, bool) {
+		return append(buf, s...), true
+	}), nil
 }
 
 type int8ArrayPlan struct{}
 
 func (int8ArrayPlan) Encode(value any, buf []byte) ([]byte, error) {
-	a := value.([]int64)
-	if a == nil {
-		return nil, nil
-	}
-	buf = appendArrayHeader(buf, pgtype.Int8OID, len(a))
-	for _, n := range a {
-		buf = binary.BigEndian.AppendUint32(buf, 8)
+	return appendArray(buf, value.([]int64), pgtype.Int8OID, func(buf []byte, n int64) ([]byte, bool) {
 		//nolint:gosec // G115: the two's complement bits are int8's binary form
-		buf = binary.BigEndian.AppendUint64(buf, uint64(n))
-	}
-	return buf, nil
+		return binary.BigEndian.AppendUint64(buf, uint64(n)), true
+	}), nil
 }
 
 type uuidArrayPlan struct{}
 
 func (uuidArrayPlan) Encode(value any, buf []byte) ([]byte, error) {
-	a := value.([]pgtype.UUID)
-	if a == nil {
-		return nil, nil
-	}
-	start := len(buf)
-	buf = appendArrayHeader(buf, pgtype.UUIDOID, len(a))
-	for _, u := range a {
-		if !u.Valid {
-			setNull(buf, start)
-			buf = binary.BigEndian.AppendUint32(buf, nullElement)
-			continue
-		}
-		buf = binary.BigEndian.AppendUint32(buf, 16)
-		buf = append(buf, u.Bytes[:]...)
-	}
-	return buf, nil
+	return appendArray(buf, value.([]pgtype.UUID), pgtype.UUIDOID, func(buf []byte, u pgtype.UUID) ([]byte, bool) {
+		return append(buf, u.Bytes[:]...), u.Valid
+	}), nil
 }
