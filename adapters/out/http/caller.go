@@ -95,7 +95,8 @@ func NewCaller(timeout time.Duration, secret *url.Userinfo, opts ...Option) (*Ca
 			idle = DefaultIdleConns
 		}
 		tr.MaxIdleConnsPerHost, tr.MaxIdleConns = idle, idle
-		// Also MAX_HEADER_LIST_SIZE over HTTP/2: net/http passes it on.
+		// h1Transport's bound too; over HTTP/2 (a proxied request, left to
+		// net/http) MAX_HEADER_LIST_SIZE: net/http passes it on.
 		tr.MaxResponseHeaderBytes = MaxReplyHeaderBytes
 		// No Accept-Encoding: gzip added to every request: the replies are
 		// a few hundred bytes, and a body read as sent keeps the reply
@@ -106,7 +107,9 @@ func NewCaller(timeout time.Duration, secret *url.Userinfo, opts ...Option) (*Ca
 		if o.tls != nil {
 			tr.TLSClientConfig = o.tls.Clone()
 		}
-		base = tr
+		// tr carries only what h1Transport leaves to net/http (proxied
+		// requests); it gives h1Transport its settings.
+		base = newH1Transport(tr)
 	}
 	c.rt = traced(ownWordsTransport{base: base, s: c.scrub}, o.tp)
 	c.traced = o.tp != nil

@@ -239,6 +239,9 @@ func (t ownWordsTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp.Body = ownWordsBody{ReadCloser: body, s: t.s}
 		return resp, nil
 	}
+	if errors.Is(err, ErrReplyHeadersTooLarge) { // h1Transport's, in our words already
+		return resp, err
+	}
 	if msg := err.Error(); strings.Contains(msg, h1HeadersTooLarge) || strings.Contains(msg, h2HeadersTooLarge) {
 		// net/http's text names only the limit; ours too.
 		return resp, fmt.Errorf("%w: the gateway sent more than %d bytes of headers", ErrReplyHeadersTooLarge, MaxReplyHeaderBytes)
