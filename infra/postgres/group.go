@@ -238,15 +238,24 @@ func (g *grouper[Req, Res]) send(conn *pgxpool.Conn, batch []*waiter[Req, Res]) 
 	waiting.Store(int64(len(batch)))
 	reqs := make([]Req, len(batch))
 	ctxs := make([]context.Context, len(batch))
+	stops := make([]func() bool, len(batch))
+	// One function for every caller, and the stops called by one defer: a
+	// closure and a defer record per caller showed in make bench's
+	// allocation profiles.
+	left := func() {
+		if waiting.Add(-1) == 0 {
+			cancel()
+		}
+	}
 	for i, w := range batch {
 		reqs[i], ctxs[i] = w.req, w.ctx
-		stop := context.AfterFunc(w.ctx, func() {
-			if waiting.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
+		stops[i] = context.AfterFunc(w.ctx, left)
 	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
 	if g.observe != nil {
 		g.observe(len(batch))
 	}

@@ -176,3 +176,63 @@ func TestGroupCloseWaitsForRunners(t *testing.T) {
 		t.Errorf("%d groups sent, want 1: none after close", n)
 	}
 }
+
+// A group's statement runs until every one of its callers has left: one
+// caller's cancellation (a revoked partition) must not fail its neighbours,
+// and a group nobody waits for any more stops.
+func TestGroupEndsWhenEveryCallerHasLeft(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, testGroupEndsWhenEveryCallerHasLeft)
+}
+
+func testGroupEndsWhenEveryCallerHasLeft(t *testing.T) {
+	started, gate := make(chan struct{}), make(chan struct{})
+	var (
+		groups atomic.Int32
+		runCtx atomic.Pointer[context.Context]
+	)
+	g := &grouper[int, int]{limit: 1, max: 8,
+		key:     func(int) []string { return nil },
+		acquire: func(context.Context) (*pgxpool.Conn, error) { return nil, nil },
+		run: func(ctx context.Context, _ batchSender, reqs []int) ([]int, error) {
+			if groups.Add(1) == 1 {
+				close(started)
+				<-gate // the others queue behind this group of one
+				return reqs, nil
+			}
+			runCtx.Store(&ctx)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		},
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { _, _, _ = g.do(context.Background(), 0) })
+	<-started
+	ctxs := make([]context.Context, 3)
+	leaves := make([]context.CancelFunc, 3)
+	for i := range ctxs {
+		ctxs[i], leaves[i] = context.WithCancel(t.Context())
+		defer leaves[i]()
+		wg.Go(func() { _, _, _ = g.do(ctxs[i], i+1) })
+	}
+	synctest.Wait()
+	close(gate) // the three run as one group
+	synctest.Wait()
+	p := runCtx.Load()
+	if p == nil {
+		t.Fatal("the group of three never ran")
+	}
+	for i := range 2 {
+		leaves[i]()
+		synctest.Wait()
+		if err := (*p).Err(); err != nil {
+			t.Fatalf("%d of 3 callers left: the group's context ended (%v), want it running for the others", i+1, err)
+		}
+	}
+	leaves[2]()
+	synctest.Wait()
+	if (*p).Err() == nil {
+		t.Error("every caller left: the group's context is still alive, want it ended")
+	}
+}

@@ -46,26 +46,22 @@ func (s *Store) PublishPending(ctx context.Context, limit int, publish func(ctx 
 func claimAndPublish(ctx context.Context, tx pgx.Tx, limit int, flushed string,
 	publish func(ctx context.Context, events []order.InvoiceEvent) error) (int, error) {
 	rows, _ := tx.Query(ctx, stmts.claimOutbox, limit, flushed)
-	var ids []int64
+	var (
+		ids []int64
+		// One set of targets for every row, rather than a set per row:
+		// they escape to the heap through Scan's interface.
+		r    = new(outboxScan)
+		dest = []any{&r.id, &r.eventID, &r.e.OrderID, &r.status, &r.e.CustomerID, &r.e.Amount, &r.e.Currency, &r.key,
+			&r.e.ChargeID, &r.e.Reason, &r.e.TraceParent, &r.occurred}
+	)
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (order.InvoiceEvent, error) {
-		var (
-			e         order.InvoiceEvent
-			id        int64
-			eventID   pgtype.UUID
-			key       pgtype.UUID
-			status    string
-			occurred  pgtype.Timestamptz
-			chargeID  string
-			reason    string
-			traceprnt string
-		)
-		if err := row.Scan(&id, &eventID, &e.OrderID, &status, &e.CustomerID, &e.Amount, &e.Currency, &key,
-			&chargeID, &reason, &traceprnt, &occurred); err != nil {
-			return e, err
+		r.e = order.InvoiceEvent{}
+		if err := row.Scan(dest...); err != nil {
+			return order.InvoiceEvent{}, err
 		}
-		ids = append(ids, id)
-		e.EventID, e.IdempotencyKey, e.Status = eventID.Bytes, key.Bytes, order.InvoiceStatus(status)
-		e.ChargeID, e.Reason, e.TraceParent, e.OccurredAt = chargeID, reason, traceprnt, occurred.Time
+		ids = append(ids, r.id)
+		e := r.e
+		e.EventID, e.IdempotencyKey, e.Status, e.OccurredAt = r.eventID.Bytes, r.key.Bytes, r.status.s, r.occurred.Time
 		return e, nil
 	})
 	if err != nil || len(events) == 0 {
@@ -116,4 +112,14 @@ func (s *Store) OutboxStats(ctx context.Context) (order.OutboxStats, error) {
 	}
 	st.Oldest = fromSeconds(oldest)
 	return st, nil
+}
+
+// outboxScan is what claimAndPublish scans each row into.
+type outboxScan struct {
+	e        order.InvoiceEvent
+	id       int64
+	eventID  pgtype.UUID
+	key      pgtype.UUID
+	status   statusScan
+	occurred pgtype.Timestamptz
 }
