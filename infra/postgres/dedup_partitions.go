@@ -324,6 +324,8 @@ func deleteExpiredBatch(ctx context.Context, s session, cutoff time.Time, batch 
 // isDefaultPartitionRace reports whether err is the one an insert gets when
 // a day partition was attached while it waited to write into DEFAULT.
 func isDefaultPartitionRace(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.TableName == defaultPartition
+	// AsType, not As: As's target escapes, an allocation for every reserve,
+	// whose err is nearly always nil.
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "23514" && pgErr.TableName == defaultPartition
 }

@@ -119,14 +119,14 @@ func translate(ctx context.Context, err error) error {
 // queryCanceled reports whether err is the server's 57014, a statement
 // cancelled.
 func queryCanceled(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "57014"
 }
 
 // retryableInPlace reports whether the whole transaction may simply run
 // again: the server rolled it back to resolve a conflict with another one.
 func retryableInPlace(err error) bool {
-	var pgErr *pgconn.PgError
-	return (errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")) ||
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return (ok && (pgErr.Code == "40001" || pgErr.Code == "40P01")) ||
 		isDefaultPartitionRace(err) // the day's partition was attached meanwhile: a retry lands there
 }

@@ -18,7 +18,7 @@ import (
 // with a key of its own, as the reserves of distinct orders are.
 func BenchmarkGrouperDo(b *testing.B) {
 	g := &grouper[int, int]{limit: 1, max: 256,
-		key:     func(r int) []string { return []string{strconv.Itoa(r)} },
+		key:     func(ks []string, r int) []string { return append(ks, strconv.Itoa(r)) },
 		acquire: func(context.Context) (*pgxpool.Conn, error) { return nil, nil },
 		run: func(_ context.Context, _ batchSender, reqs []int) ([]int, error) {
 			return reqs, nil
@@ -44,7 +44,7 @@ func BenchmarkGrouperDo(b *testing.B) {
 // distinct keys from a queue of 64, per request.
 func BenchmarkGrouperTake(b *testing.B) {
 	const n = 64
-	g := &grouper[int, int]{limit: 1, max: 256, key: func(r int) []string { return []string{strconv.Itoa(r)} }}
+	g := &grouper[int, int]{limit: 1, max: 256, key: func(ks []string, r int) []string { return append(ks, strconv.Itoa(r)) }}
 	ws := make([]*waiter[int, int], n)
 	for i := range ws {
 		ws[i] = &waiter[int, int]{ctx: context.Background(), req: i}

@@ -29,7 +29,7 @@ func testGroupPanicSendsEachAlone(t *testing.T) {
 	started, gate := make(chan struct{}), make(chan struct{})
 	var sent atomic.Int32
 	g := &grouper[int, int]{limit: 1, max: 8,
-		key:     func(int) []string { return nil },
+		key:     func(ks []string, _ int) []string { return ks },
 		acquire: func(context.Context) (*pgxpool.Conn, error) { return nil, nil },
 		run: func(_ context.Context, _ batchSender, reqs []int) ([]int, error) {
 			if sent.Add(1) == 1 {
@@ -83,7 +83,7 @@ func testGroupKeysNeverShareAGroup(t *testing.T) {
 		groups [][]string
 	)
 	g := &grouper[string, string]{limit: 1, max: 8,
-		key:     func(r string) []string { return []string{r[:1]} }, // "a1" and "a2" share key "a"
+		key:     func(ks []string, r string) []string { return append(ks, r[:1]) }, // "a1" and "a2" share key "a"
 		acquire: func(context.Context) (*pgxpool.Conn, error) { return nil, nil },
 		run: func(_ context.Context, _ batchSender, reqs []string) ([]string, error) {
 			mu.Lock()
@@ -144,7 +144,7 @@ func TestGroupCloseWaitsForRunners(t *testing.T) {
 		finished atomic.Bool
 	)
 	g := &grouper[int, int]{limit: 1, max: 8,
-		key:     func(int) []string { return nil },
+		key:     func(ks []string, _ int) []string { return ks },
 		acquire: func(context.Context) (*pgxpool.Conn, error) { return nil, nil },
 		run: func(_ context.Context, _ batchSender, reqs []int) ([]int, error) {
 			sent.Add(1)
@@ -192,7 +192,7 @@ func testGroupEndsWhenEveryCallerHasLeft(t *testing.T) {
 		runCtx atomic.Pointer[context.Context]
 	)
 	g := &grouper[int, int]{limit: 1, max: 8,
-		key:     func(int) []string { return nil },
+		key:     func(ks []string, _ int) []string { return ks },
 		acquire: func(context.Context) (*pgxpool.Conn, error) { return nil, nil },
 		run: func(ctx context.Context, _ batchSender, reqs []int) ([]int, error) {
 			if groups.Add(1) == 1 {

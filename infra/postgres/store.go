@@ -117,12 +117,15 @@ func NewStore(pool *pgxpool.Pool, opts ...StoreOption) *Store {
 		// The order and the event id: one of each per statement; and one
 		// consumer group and one set of attempt terms, which the statement
 		// takes once.
-		key:   func(r reserveReq) []string { return []string{"o:" + r.inv.OrderID, "e:" + r.inv.EventID.String()} },
+		// The event id's 16 bytes rather than its text: one string to build.
+		key: func(ks []string, r reserveReq) []string {
+			return append(ks, "o:"+r.inv.OrderID, "e:"+string(r.inv.EventID[:]))
+		},
 		joins: func(first, r reserveReq) bool { return first.group == r.group && first.terms == r.terms },
 	}
 	s.settles = &grouper[settleReq, bool]{
 		limit: o.groups, max: o.maxGroup, acquire: acquire, run: s.settleGroup, observe: observe("settle"),
-		key: func(r settleReq) []string { return []string{r.OrderID} },
+		key: func(ks []string, r settleReq) []string { return append(ks, r.OrderID) },
 	}
 	return s
 }
