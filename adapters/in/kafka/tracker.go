@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // partState is what one generation knows of one partition it was assigned:
@@ -19,6 +21,7 @@ import (
 type partState struct {
 	topic     string
 	partition int
+	inFlightG prometheus.Gauge // billing_consumer_in_flight of its topic
 
 	mu        sync.Mutex
 	pending   map[int64]int
