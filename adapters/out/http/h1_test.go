@@ -205,8 +205,9 @@ func TestH1ClosesWhatItCannotReuse(t *testing.T) {
 	}
 }
 
-// rawServer answers each connection with serve, on a loopback listener.
-func rawServer(t *testing.T, serve func(n int, c net.Conn)) string {
+// rawServer reads a first request on each connection and answers it with
+// serve, which may go on reading br; n counts the connections from 0.
+func rawServer(t *testing.T, serve func(n int, c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -225,22 +226,17 @@ func rawServer(t *testing.T, serve func(n int, c net.Conn)) string {
 			}
 			wg.Go(func() {
 				defer c.Close()
-				serve(n, c)
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				serve(n, c, br)
 			})
 		}
 	})
 	return "http://" + ln.Addr().String()
-}
-
-// readRequest reads one request from br, its body included.
-func readRequest(t *testing.T, br *bufio.Reader) *http.Request {
-	t.Helper()
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return nil
-	}
-	_, _ = io.Copy(io.Discard, req.Body)
-	return req
 }
 
 // TestH1InformationalReplies: 1xx replies before the final one are
@@ -258,10 +254,7 @@ func TestH1InformationalReplies(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			u := rawServer(t, func(_ int, c net.Conn) {
-				if readRequest(t, bufio.NewReader(c)) == nil {
-					return
-				}
+			u := rawServer(t, func(_ int, c net.Conn, _ *bufio.Reader) {
 				for range tt.n1xx { // together past the bound, each within it
 					_, _ = fmt.Fprintf(c, "HTTP/1.1 103 Early Hints\r\nX-Pad: %s\r\n\r\n", big)
 				}
@@ -301,11 +294,7 @@ func TestH1ResendsOnAConnectionTheServerClosed(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			u := rawServer(t, func(n int, c net.Conn) {
-				br := bufio.NewReader(c)
-				if readRequest(t, br) == nil {
-					return
-				}
+			u := rawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
 				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 				if n == 0 { // the first connection: closed once idle, the request after never answered
 					_ = c.(*net.TCPConn).CloseWrite()
@@ -365,11 +354,7 @@ func TestH1ContextBoundsTheWholeRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			gone := make(chan struct{})
-			u := rawServer(t, func(_ int, c net.Conn) {
-				br := bufio.NewReader(c)
-				if readRequest(t, br) == nil {
-					return
-				}
+			u := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
 				if tt.inBody {
 					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok")
 				}
@@ -406,11 +391,7 @@ func TestH1OversizedHead(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			u := rawServer(t, func(_ int, c net.Conn) {
-				br := bufio.NewReader(c)
-				if readRequest(t, br) == nil {
-					return
-				}
+			u := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
 				head := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Pad: "
 				head += strings.Repeat("a", tt.size-len(head)-4) + "\r\n\r\n"
 				_, _ = io.WriteString(c, head+"ok")
