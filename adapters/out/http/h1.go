@@ -13,6 +13,7 @@ import (
 	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -39,8 +40,13 @@ import (
 //   - the request's context bounds everything, the body's reads included,
 //     and its error is the error once the context is done;
 //   - dial errors are the dialer's *net.OpError (isDialError);
-//   - a connection is reused only after its reply was read to the end and
-//     neither side asked to close it;
+//   - a connection is reused only after its reply was read to the end with
+//     nothing after it, and neither side asked to close it; an idle one is
+//     looked at before it is reused (quiet: one non-blocking peek), and
+//     dropped when the server closed it or sent anything meanwhile, which
+//     net/http's reading goroutine finds by waiting;
+//   - a request whose context has ended is not written, and a body read
+//     after Close fails;
 //   - idle connections are capped per host and closed after idleTimeout.
 //
 // What it leaves to net/http (fallback): a request that goes through a proxy
@@ -84,13 +90,21 @@ func newH1Transport(fallback *http.Transport) *h1Transport {
 	if idleTimeout <= 0 {
 		idleTimeout = 90 * time.Second
 	}
+	maxIdle := fallback.MaxIdleConnsPerHost
+	if maxIdle <= 0 {
+		maxIdle = http.DefaultMaxIdleConnsPerHost
+	}
+	maxHeader := fallback.MaxResponseHeaderBytes
+	if maxHeader <= 0 {
+		maxHeader = 10 << 20 // net/http's own for zero
+	}
 	return &h1Transport{
 		fallback:    fallback,
 		tls:         fallback.TLSClientConfig,
 		dialer:      net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second},
-		maxIdle:     fallback.MaxIdleConnsPerHost,
+		maxIdle:     maxIdle,
 		idleTimeout: idleTimeout,
-		maxHeader:   fallback.MaxResponseHeaderBytes,
+		maxHeader:   maxHeader,
 		hosts:       make(map[h1Key]*h1Host),
 	}
 }
@@ -116,6 +130,10 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.fallback.RoundTrip(req)
 	}
 	ctx := req.Context()
+	if err := ctx.Err(); err != nil { // nothing of it may leave now
+		closeBody(req)
+		return nil, err
+	}
 	trace := httptrace.ContextClientTrace(ctx)
 	for {
 		c, reused, err := t.conn(ctx, key, h)
@@ -130,7 +148,7 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			return resp, nil
 		}
-		if ctx.Err() != nil || !reused || !resendable(req, c.broken && c.written == 0, c.read == 0, err) {
+		if ctx.Err() != nil || !reused || !resendable(req, c, err) {
 			return nil, ctxErr(ctx, err)
 		}
 		// The connection the server had closed while it was idle: send the
@@ -200,7 +218,14 @@ func (t *h1Transport) conn(ctx context.Context, key h1Key, h *h1Host) (*h1Conn, 
 		_ = s.nc.Close()
 	}
 	if c != nil {
-		c.written, c.read, c.broken = 0, 0, false
+		if !c.quiet() {
+			// The server closed it, or sent what nobody asked for (a 408
+			// before closing), while it was idle: net/http's reading
+			// goroutine would have dropped it; try the next one.
+			_ = c.nc.Close()
+			return t.conn(ctx, key, h)
+		}
+		c.written, c.read, c.broken, c.sent = 0, 0, false, false
 		return c, true, nil
 	}
 	addr := key.host
@@ -224,6 +249,7 @@ func (t *h1Transport) conn(ctx context.Context, key h1Key, h *h1Host) (*h1Conn, 
 		nc = tc
 	}
 	c = &h1Conn{t: t, key: key, h: h, nc: nc, limit: math.MaxInt64}
+	c.watch()
 	c.br = bufio.NewReaderSize(c, 4<<10)
 	c.bw = bufio.NewWriterSize(writerFunc(c.write), 4<<10)
 	return c, false, nil
@@ -232,6 +258,12 @@ func (t *h1Transport) conn(ctx context.Context, key h1Key, h *h1Host) (*h1Conn, 
 // put keeps c for the next request to its host, or closes it when the host
 // has as many idle connections as it may keep.
 func (t *h1Transport) put(c *h1Conn) {
+	if c.br.Buffered() > 0 {
+		// Bytes after the reply (a stray CRLF, a second reply): the next
+		// request would read them as its own reply.
+		_ = c.nc.Close()
+		return
+	}
 	c.idleSince = time.Now()
 	t.mu.Lock()
 	if len(c.h.idle) < t.maxIdle {
@@ -271,6 +303,9 @@ func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request
 		_ = c.nc.Close()
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil { // ended before AfterFunc watched it
+		return fail(err)
+	}
 	err := req.Write(c.bw)
 	if err == nil {
 		err = c.bw.Flush()
@@ -278,6 +313,7 @@ func (t *h1Transport) exchange(ctx context.Context, c *h1Conn, req *http.Request
 	if err != nil {
 		return fail(err)
 	}
+	c.sent = true
 	var resp *http.Response
 	for n1xx := 0; ; n1xx++ {
 		c.limit = t.maxHeader
@@ -312,12 +348,17 @@ type h1Conn struct {
 	key       h1Key
 	h         *h1Host
 	nc        net.Conn
-	br        *bufio.Reader // reads through Read
-	bw        *bufio.Writer // writes through write
-	limit     int64         // bytes Read may still read: the reply head's bound
-	written   int64         // bytes of the current request on the wire
-	read      int64         // bytes of its reply read
-	broken    bool          // a write failed: the connection's fault, not the request's
+	br        *bufio.Reader         // reads through Read
+	bw        *bufio.Writer         // writes through write
+	limit     int64                 // bytes Read may still read: the reply head's bound
+	written   int64                 // bytes of the current request on the wire
+	read      int64                 // bytes of its reply read
+	broken    bool                  // a write failed: the connection's fault, not the request's
+	sent      bool                  // the whole request was written
+	raw       syscall.RawConn       // its socket, for quiet (nil: not looked at)
+	quietFn   func(fd uintptr) bool // c.peek, bound once (h1_quiet_unix.go)
+	quietOK   bool                  // peek's answer
+	peekBuf   [1]byte
 	idleSince time.Time
 }
 
@@ -352,15 +393,19 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // h1Body is a reply's body: read to its end, it gives its connection back
 // for the next request; closed before, it closes the connection.
 type h1Body struct {
-	c     *h1Conn
-	body  io.ReadCloser
-	stop  func() bool // ends the context's hold on the connection
-	ctx   context.Context
-	reuse bool // neither side asked to close the connection
-	ended atomic.Bool
+	c      *h1Conn
+	body   io.ReadCloser
+	stop   func() bool // ends the context's hold on the connection
+	ctx    context.Context
+	reuse  bool // neither side asked to close the connection
+	ended  atomic.Bool
+	closed atomic.Bool // Close was called: reads fail, as net/http's do
 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, http.ErrBodyReadAfterClose
+	}
 	if b.ended.Load() {
 		return 0, io.EOF
 	}
@@ -375,6 +420,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 }
 
 func (b *h1Body) Close() error {
+	b.closed.Store(true)
 	b.end(false)
 	return nil
 }
@@ -393,20 +439,22 @@ func (b *h1Body) end(complete bool) {
 	_ = b.c.nc.Close()
 }
 
-// resendable reports whether a request that a reused connection failed
-// may be sent again on another, by net/http's rule: its body can be sent
-// again, and the connection broke before any of it was written
-// (nothingWritten), or it is replayable (an idempotent
-// method, or an Idempotency-Key) and the connection broke before any byte
-// of a reply: the server had closed it while it was idle.
-func resendable(req *http.Request, nothingWritten, nothingRead bool, err error) bool {
+// resendable reports whether a request that the reused connection c
+// failed may be sent again on another, by net/http's rule: its body can be
+// sent again, and either the connection broke before any of it was
+// written, or the whole of it was written, the connection broke before any
+// byte of a reply (the server had closed it while it was idle), and the
+// request is replayable (an idempotent method, or an Idempotency-Key). A
+// request that failed otherwise (a write cut short, its own body's read
+// error) is not.
+func resendable(req *http.Request, c *h1Conn, err error) bool {
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
 		return false
 	}
-	if nothingWritten {
-		return true
+	if !c.sent {
+		return c.broken && c.written == 0
 	}
-	if !nothingRead || isTimeout(err) {
+	if c.read != 0 || isTimeout(err) {
 		return false
 	}
 	switch req.Method {

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/url"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -275,8 +277,8 @@ func TestH1InformationalReplies(t *testing.T) {
 }
 
 // TestH1ResendsOnAConnectionTheServerClosed: a request that a reused
-// connection fails before any byte of a reply (the server closed it while
-// it was idle) is sent again on a new connection when net/http would: it
+// connection fails before any byte of a reply (the server closed it as the
+// request arrived) is sent again on a new connection when net/http would: it
 // is idempotent by its method or its Idempotency-Key. A POST without a key
 // is not, and fails. Either way every connection that carried it is
 // reported (GotConn: Caller.send's carried).
@@ -296,9 +298,10 @@ func TestH1ResendsOnAConnectionTheServerClosed(t *testing.T) {
 			t.Parallel()
 			u := rawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
 				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				if n == 0 { // the first connection: closed once idle, the request after never answered
-					_ = c.(*net.TCPConn).CloseWrite()
-					_, _ = io.Copy(io.Discard, br) // until the client closes it
+				if n == 0 { // the first connection: the request after it read, then closed unanswered
+					if req, err := http.ReadRequest(br); err == nil {
+						_, _ = io.Copy(io.Discard, req.Body)
+					}
 				}
 			})
 			rt := newH1(t, nil)
@@ -456,6 +459,7 @@ func TestH1OverTLSSpeaksHTTP11(t *testing.T) {
 		_, _ = fmt.Fprint(w, r.Proto)
 	}))
 	srv.EnableHTTP2 = true
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the bare client's refused handshake
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			opened.Add(1)
@@ -538,5 +542,224 @@ func TestH1ConcurrentRequests(t *testing.T) {
 	wg.Wait()
 	if got := cs.opened.Load(); got > workers {
 		t.Errorf("opened %d connections for %d workers, want at most %d", got, workers, workers)
+	}
+}
+
+// countingRaw is a raw server that counts the requests each connection
+// carried and answers each with reply(n, i): connection n's request i.
+func countingRaw(t *testing.T, reply func(n, i int) string, after func(n int, c net.Conn)) (string, func() []int) {
+	t.Helper()
+	var (
+		mu     sync.Mutex
+		counts []int
+	)
+	u := rawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
+		for i := 0; ; i++ {
+			mu.Lock()
+			for len(counts) <= n {
+				counts = append(counts, 0)
+			}
+			counts[n]++
+			mu.Unlock()
+			_, _ = io.WriteString(c, reply(n, i))
+			if after != nil {
+				after(n, c)
+			}
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+		}
+	})
+	return u, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(counts)
+	}
+}
+
+// keyedPost sends a POST with an Idempotency-Key through rt, counting the
+// connections that carried it, and reads the whole reply.
+func keyedPost(t *testing.T, rt http.RoundTripper, ctx context.Context, u string) (int, string, int, error) {
+	t.Helper()
+	var conns atomic.Int32
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns.Add(1) }})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(`{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(HeaderIdempotencyKey, "k-1")
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, "", int(conns.Load()), err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), int(conns.Load()), err
+}
+
+// TestH1StrayBytesAfterAReplyEndTheConnection: bytes after a reply (a
+// stray CRLF, a second reply nobody asked for) are never read as the next
+// request's reply: that connection is not reused, and the next charge is
+// sent once, on a new one, and gets its own reply.
+func TestH1StrayBytesAfterAReplyEndTheConnection(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, stray string }{
+		{"a CRLF", "\r\n"},
+		{"a second reply", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nsucceeded"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			u, counts := countingRaw(t, func(n, _ int) string {
+				if n == 0 {
+					return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + tt.stray
+				}
+				return "HTTP/1.1 402 Payment Required\r\nContent-Length: 8\r\n\r\ndeclined"
+			}, nil)
+			rt := newH1(t, nil)
+			if code, _, _, err := keyedPost(t, rt, context.Background(), u); err != nil || code != 200 {
+				t.Fatalf("first POST = %d, %v", code, err)
+			}
+			code, body, _, err := keyedPost(t, rt, context.Background(), u)
+			if err != nil || code != 402 || body != "declined" {
+				t.Errorf("second POST = %d %q, %v; want its own reply, 402", code, body, err)
+			}
+			if got := counts(); !slices.Equal(got, []int{1, 1}) {
+				t.Errorf("requests per connection %v, want [1 1]: each sent once, the second on a new connection", got)
+			}
+		})
+	}
+}
+
+// TestH1DropsAConnectionClosedWhileIdle: a connection the server closed
+// while it was idle, with or without a 408 first, is dropped before a
+// request is written on it: the request goes once, on a new connection,
+// even one no rule would send again (a POST without a key).
+func TestH1DropsAConnectionClosedWhileIdle(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ name, last string }{
+		{"closed", ""},
+		{"408, then closed", "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			closed := make(chan struct{})
+			u, counts := countingRaw(t, func(int, int) string { return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" },
+				func(n int, c net.Conn) {
+					if n == 0 {
+						_, _ = io.WriteString(c, tt.last)
+						_ = c.Close()
+						close(closed)
+					}
+				})
+			rt := newH1(t, nil)
+			if _, _, err := get(t, rt, context.Background(), u); err != nil {
+				t.Fatal(err)
+			}
+			<-closed
+			// The close reaches the client's socket on its own time (the 408
+			// may come with the reply: then the connection is not kept at all).
+			poll.Until(t, "the idle connection seen closed", 5*time.Second, func() bool {
+				rt.mu.Lock()
+				defer rt.mu.Unlock()
+				idle := rt.hosts[h1Key{host: strings.TrimPrefix(u, "http://")}].idle
+				return len(idle) == 0 || !idle[0].quiet()
+			})
+			req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(`{"a":1}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatalf("POST without a key after an idle close: %v, want the reply of a new connection", err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if got := counts(); !slices.Equal(got, []int{1, 1}) {
+				t.Errorf("requests per connection %v, want [1 1]", got)
+			}
+		})
+	}
+}
+
+// TestH1SendsNothingOnceItsContextEnded: a request whose context ended
+// before it was sent is not written, not even on an idle connection.
+func TestH1SendsNothingOnceItsContextEnded(t *testing.T) {
+	t.Parallel()
+	u, counts := countingRaw(t, func(int, int) string { return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" }, nil)
+	rt := newH1(t, nil)
+	if _, _, err := get(t, rt, context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 { // the idle connection's write would often win the race
+		if _, _, _, err := keyedPost(t, rt, ctx, u); !errors.Is(err, context.Canceled) {
+			t.Fatalf("POST with an ended context: %v, want context.Canceled", err)
+		}
+	}
+	if _, _, err := get(t, rt, context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	if got := counts(); !slices.Equal(got, []int{2}) {
+		t.Errorf("requests per connection %v, want [2]: only the two GETs", got)
+	}
+}
+
+// TestH1BodyReadAfterClose: a body read after Close fails, as net/http's
+// does, rather than reading as a complete, empty body.
+func TestH1BodyReadAfterClose(t *testing.T) {
+	t.Parallel()
+	cs := countingServer(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, strings.Repeat("x", 64<<10)) })
+	req, _ := http.NewRequest(http.MethodGet, cs.URL, nil)
+	resp, err := newH1(t, nil).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resp.Body.Read(make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if _, err := io.ReadAll(resp.Body); !errors.Is(err, http.ErrBodyReadAfterClose) {
+		t.Errorf("read after Close: %v, want http.ErrBodyReadAfterClose", err)
+	}
+}
+
+// failingBody fails its read: a request body that cannot be read.
+type failingBody struct{}
+
+func (failingBody) Read([]byte) (int, error) { return 0, errors.New("body unreadable") }
+
+// TestH1NoResendOfItsOwnFailure: a request that failed on its own (its
+// body could not be read), not on its connection, is not sent again, as
+// net/http would not.
+func TestH1NoResendOfItsOwnFailure(t *testing.T) {
+	t.Parallel()
+	u, counts := countingRaw(t, func(int, int) string { return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" }, nil)
+	rt := newH1(t, nil)
+	if _, _, err := get(t, rt, context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int32
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns.Add(1) }})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, io.NopCloser(failingBody{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 7
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(failingBody{}), nil }
+	req.Header.Set(HeaderIdempotencyKey, "k-1")
+	if resp, err := rt.RoundTrip(req); err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("POST of an unreadable body succeeded, want its error")
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("GotConn %d times, want 1: not sent again", n)
+	}
+	// The POST's head may have reached the server before its body failed;
+	// a second connection never opened.
+	if got := counts(); len(got) != 1 {
+		t.Errorf("requests per connection %v, want one connection", got)
 	}
 }
