@@ -362,6 +362,23 @@ type h1Conn struct {
 	idleSince time.Time
 }
 
+// tlsQuiet reports whether crypto/tls holds nothing from c's peer either:
+// the records it read off the socket with the reply's last one (more
+// bytes, a close_notify) are past both the socket's peek and put's check
+// of the reply buffer. A read that may not wait tells: only its timeout is
+// quiet (crypto/tls keeps no error of a timeout, and Peek leaves none in
+// the buffer). Over TLS only: two allocations per reuse.
+func (c *h1Conn) tlsQuiet() bool {
+	if c.nc.SetReadDeadline(time.Unix(1, 0)) != nil {
+		return false
+	}
+	_, err := c.br.Peek(1)
+	if c.nc.SetReadDeadline(time.Time{}) != nil {
+		return false
+	}
+	return isTimeout(err)
+}
+
 // errHeadLimit ends a reply head past the bound; exchange reports it as
 // ErrReplyHeadersTooLarge.
 var errHeadLimit = errors.New("reply head bound reached")

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !aix
 
 package httpgateway
 
@@ -26,18 +26,21 @@ func (c *h1Conn) watch() {
 
 // quiet reports whether c, idle, can carry a request: its peer has neither
 // closed it nor sent anything since its last reply. One non-blocking peek
-// at the socket, the check net/http's reading goroutine makes by waiting.
-// Over TLS the peek sees records, not bytes of a reply: a session ticket
-// sent late reads as not quiet too, which costs a new connection, never a
-// reply.
+// at the socket, the check net/http's reading goroutine makes by waiting;
+// over TLS, tlsQuiet after it. The peek sees records, not bytes of a
+// reply: a session ticket sent late reads as not quiet too, which costs a
+// new connection, never a reply.
 func (c *h1Conn) quiet() bool {
 	if c.raw == nil {
 		return true
 	}
-	if err := c.raw.Read(c.quietFn); err != nil {
+	if err := c.raw.Read(c.quietFn); err != nil || !c.quietOK {
 		return false
 	}
-	return c.quietOK
+	if _, ok := c.nc.(*tls.Conn); ok {
+		return c.tlsQuiet()
+	}
+	return true
 }
 
 // peek is quiet's look at the socket.

@@ -763,3 +763,135 @@ func TestH1NoResendOfItsOwnFailure(t *testing.T) {
 		t.Errorf("requests per connection %v, want one connection", got)
 	}
 }
+
+// corkConn holds a server's writes until flush, so that a reply's TLS
+// record and what follows it leave in one TCP write: crypto/tls then reads
+// them off the socket together, past the socket's peek.
+type corkConn struct {
+	net.Conn
+	mu   sync.Mutex
+	cork bool
+	buf  []byte
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cork {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *corkConn) hold() {
+	c.mu.Lock()
+	c.cork = true
+	c.mu.Unlock()
+}
+
+func (c *corkConn) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cork = false
+	_, _ = c.Conn.Write(c.buf)
+	c.buf = nil
+}
+
+// TestH1OverTLSWhatTLSHeldEndsTheConnection: over TLS, what came with a
+// reply's last record (a stray record, a close_notify while the server
+// still reads) is held by crypto/tls, where neither the reply buffer's
+// check nor the socket's peek sees it; the next charge still goes once,
+// on a new connection, and gets its own reply.
+func TestH1OverTLSWhatTLSHeldEndsTheConnection(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		after func(tc *tls.Conn)
+	}{
+		{"a second reply", func(tc *tls.Conn) {
+			_, _ = io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nsucceeded")
+		}},
+		{"a CRLF", func(tc *tls.Conn) { _, _ = io.WriteString(tc, "\r\n") }},
+		{"close_notify, still reading", func(tc *tls.Conn) {
+			_ = tc.CloseWrite()
+			_ = tc.SetWriteDeadline(time.Time{}) // CloseWrite's own deadline would stop the flush
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+			srv.StartTLS() // for its certificate
+			cfg := srv.TLS.Clone()
+			cfg.NextProtos = []string{"http/1.1"}
+			roots := x509.NewCertPool()
+			roots.AddCert(srv.Certificate())
+			srv.Close()
+			var (
+				mu     sync.Mutex
+				counts []int
+			)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					raw, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					wg.Go(func() {
+						defer raw.Close()
+						cc := &corkConn{Conn: raw}
+						tc := tls.Server(cc, cfg)
+						br := bufio.NewReader(tc)
+						for {
+							req, err := http.ReadRequest(br)
+							if err != nil {
+								return
+							}
+							_, _ = io.Copy(io.Discard, req.Body)
+							mu.Lock()
+							for len(counts) <= n {
+								counts = append(counts, 0)
+							}
+							counts[n]++
+							mu.Unlock()
+							cc.hold()
+							if n == 0 {
+								_, _ = io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+								tt.after(tc)
+							} else {
+								_, _ = io.WriteString(tc, "HTTP/1.1 402 Payment Required\r\nContent-Length: 8\r\n\r\ndeclined")
+							}
+							cc.flush()
+						}
+					})
+				}
+			})
+			base := "https://" + ln.Addr().String()
+			rt := newH1(t, func(tr *http.Transport) {
+				tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+				tr.Proxy = nil
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if code, _, _, err := keyedPost(t, rt, ctx, base); err != nil || code != 200 {
+				t.Fatalf("first POST = %d, %v", code, err)
+			}
+			code, body, _, err := keyedPost(t, rt, ctx, base)
+			if err != nil || code != 402 || body != "declined" {
+				t.Errorf("second POST = %d %q, %v; want its own reply, 402", code, body, err)
+			}
+			mu.Lock()
+			got := slices.Clone(counts)
+			mu.Unlock()
+			if !slices.Equal(got, []int{1, 1}) {
+				t.Errorf("requests per connection %v, want [1 1]", got)
+			}
+		})
+	}
+}
