@@ -211,6 +211,21 @@ func TestH1ClosesWhatItCannotReuse(t *testing.T) {
 // serve, which may go on reading br; n counts the connections from 0.
 func rawServer(t *testing.T, serve func(n int, c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
+	return "http://" + listen(t, func(n int, c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, req.Body)
+		serve(n, c, br)
+	})
+}
+
+// listen serves each connection of a loopback listener with serve, n
+// counting them from 0, and closes it after; it returns the address.
+func listen(t *testing.T, serve func(n int, c net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -228,17 +243,11 @@ func rawServer(t *testing.T, serve func(n int, c net.Conn, br *bufio.Reader)) st
 			}
 			wg.Go(func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				serve(n, c, br)
+				serve(n, c)
 			})
 		}
 	})
-	return "http://" + ln.Addr().String()
+	return ln.Addr().String()
 }
 
 // TestH1InformationalReplies: 1xx replies before the final one are
@@ -831,48 +840,33 @@ func TestH1OverTLSWhatTLSHeldEndsTheConnection(t *testing.T) {
 				mu     sync.Mutex
 				counts []int
 			)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var wg sync.WaitGroup
-			t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-			wg.Go(func() {
-				for n := 0; ; n++ {
-					raw, err := ln.Accept()
+			addr := listen(t, func(n int, raw net.Conn) {
+				cc := &corkConn{Conn: raw}
+				tc := tls.Server(cc, cfg)
+				br := bufio.NewReader(tc)
+				for {
+					req, err := http.ReadRequest(br)
 					if err != nil {
 						return
 					}
-					wg.Go(func() {
-						defer raw.Close()
-						cc := &corkConn{Conn: raw}
-						tc := tls.Server(cc, cfg)
-						br := bufio.NewReader(tc)
-						for {
-							req, err := http.ReadRequest(br)
-							if err != nil {
-								return
-							}
-							_, _ = io.Copy(io.Discard, req.Body)
-							mu.Lock()
-							for len(counts) <= n {
-								counts = append(counts, 0)
-							}
-							counts[n]++
-							mu.Unlock()
-							cc.hold()
-							if n == 0 {
-								_, _ = io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-								tt.after(tc)
-							} else {
-								_, _ = io.WriteString(tc, "HTTP/1.1 402 Payment Required\r\nContent-Length: 8\r\n\r\ndeclined")
-							}
-							cc.flush()
-						}
-					})
+					_, _ = io.Copy(io.Discard, req.Body)
+					mu.Lock()
+					for len(counts) <= n {
+						counts = append(counts, 0)
+					}
+					counts[n]++
+					mu.Unlock()
+					cc.hold()
+					if n == 0 {
+						_, _ = io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+						tt.after(tc)
+					} else {
+						_, _ = io.WriteString(tc, "HTTP/1.1 402 Payment Required\r\nContent-Length: 8\r\n\r\ndeclined")
+					}
+					cc.flush()
 				}
 			})
-			base := "https://" + ln.Addr().String()
+			base := "https://" + addr
 			rt := newH1(t, func(tr *http.Transport) {
 				tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 				tr.Proxy = nil
