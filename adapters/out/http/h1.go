@@ -367,7 +367,7 @@ type h1Conn struct {
 // bytes, a close_notify) are past both the socket's peek and put's check
 // of the reply buffer. A read that may not wait tells: only its timeout is
 // quiet (crypto/tls keeps no error of a timeout, and Peek leaves none in
-// the buffer). Over TLS only: two allocations per reuse.
+// the buffer). Over TLS only.
 func (c *h1Conn) tlsQuiet() bool {
 	if c.nc.SetReadDeadline(time.Unix(1, 0)) != nil {
 		return false
