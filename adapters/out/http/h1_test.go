@@ -554,22 +554,35 @@ func TestH1ConcurrentRequests(t *testing.T) {
 	}
 }
 
+// perConn counts the requests each connection of a test server carried.
+type perConn struct {
+	mu     sync.Mutex
+	counts []int
+}
+
+func (p *perConn) add(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.counts) <= n {
+		p.counts = append(p.counts, 0)
+	}
+	p.counts[n]++
+}
+
+func (p *perConn) get() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.counts)
+}
+
 // countingRaw is a raw server that counts the requests each connection
 // carried and answers each with reply(n, i): connection n's request i.
 func countingRaw(t *testing.T, reply func(n, i int) string, after func(n int, c net.Conn)) (string, func() []int) {
 	t.Helper()
-	var (
-		mu     sync.Mutex
-		counts []int
-	)
+	var pc perConn
 	u := rawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
 		for i := 0; ; i++ {
-			mu.Lock()
-			for len(counts) <= n {
-				counts = append(counts, 0)
-			}
-			counts[n]++
-			mu.Unlock()
+			pc.add(n)
 			_, _ = io.WriteString(c, reply(n, i))
 			if after != nil {
 				after(n, c)
@@ -581,10 +594,24 @@ func countingRaw(t *testing.T, reply func(n, i int) string, after func(n int, c 
 			_, _ = io.Copy(io.Discard, req.Body)
 		}
 	})
-	return u, func() []int {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(counts)
+	return u, pc.get
+}
+
+// chargeTwice sends two keyed POSTs through rt to a server that answers
+// the first connection's first request 200 and then something after it,
+// and any other connection's 402: the second must get its own reply, each
+// sent once, the second on a new connection.
+func chargeTwice(t *testing.T, rt http.RoundTripper, ctx context.Context, u string, counts func() []int) {
+	t.Helper()
+	if code, _, _, err := keyedPost(t, rt, ctx, u); err != nil || code != 200 {
+		t.Fatalf("first POST = %d, %v", code, err)
+	}
+	code, body, _, err := keyedPost(t, rt, ctx, u)
+	if err != nil || code != 402 || body != "declined" {
+		t.Errorf("second POST = %d %q, %v; want its own reply, 402", code, body, err)
+	}
+	if got := counts(); !slices.Equal(got, []int{1, 1}) {
+		t.Errorf("requests per connection %v, want [1 1]: each sent once, the second on a new connection", got)
 	}
 }
 
@@ -626,17 +653,7 @@ func TestH1StrayBytesAfterAReplyEndTheConnection(t *testing.T) {
 				}
 				return "HTTP/1.1 402 Payment Required\r\nContent-Length: 8\r\n\r\ndeclined"
 			}, nil)
-			rt := newH1(t, nil)
-			if code, _, _, err := keyedPost(t, rt, context.Background(), u); err != nil || code != 200 {
-				t.Fatalf("first POST = %d, %v", code, err)
-			}
-			code, body, _, err := keyedPost(t, rt, context.Background(), u)
-			if err != nil || code != 402 || body != "declined" {
-				t.Errorf("second POST = %d %q, %v; want its own reply, 402", code, body, err)
-			}
-			if got := counts(); !slices.Equal(got, []int{1, 1}) {
-				t.Errorf("requests per connection %v, want [1 1]: each sent once, the second on a new connection", got)
-			}
+			chargeTwice(t, newH1(t, nil), context.Background(), u, counts)
 		})
 	}
 }
@@ -836,10 +853,7 @@ func TestH1OverTLSWhatTLSHeldEndsTheConnection(t *testing.T) {
 			roots := x509.NewCertPool()
 			roots.AddCert(srv.Certificate())
 			srv.Close()
-			var (
-				mu     sync.Mutex
-				counts []int
-			)
+			var pc perConn
 			addr := listen(t, func(n int, raw net.Conn) {
 				cc := &corkConn{Conn: raw}
 				tc := tls.Server(cc, cfg)
@@ -850,12 +864,7 @@ func TestH1OverTLSWhatTLSHeldEndsTheConnection(t *testing.T) {
 						return
 					}
 					_, _ = io.Copy(io.Discard, req.Body)
-					mu.Lock()
-					for len(counts) <= n {
-						counts = append(counts, 0)
-					}
-					counts[n]++
-					mu.Unlock()
+					pc.add(n)
 					cc.hold()
 					if n == 0 {
 						_, _ = io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -873,19 +882,7 @@ func TestH1OverTLSWhatTLSHeldEndsTheConnection(t *testing.T) {
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if code, _, _, err := keyedPost(t, rt, ctx, base); err != nil || code != 200 {
-				t.Fatalf("first POST = %d, %v", code, err)
-			}
-			code, body, _, err := keyedPost(t, rt, ctx, base)
-			if err != nil || code != 402 || body != "declined" {
-				t.Errorf("second POST = %d %q, %v; want its own reply, 402", code, body, err)
-			}
-			mu.Lock()
-			got := slices.Clone(counts)
-			mu.Unlock()
-			if !slices.Equal(got, []int{1, 1}) {
-				t.Errorf("requests per connection %v, want [1 1]", got)
-			}
+			chargeTwice(t, rt, ctx, base, pc.get)
 		})
 	}
 }
